@@ -1,0 +1,55 @@
+# simba — PGXS build of the extension, plus the project's entry points:
+#   make / make install   build and install the extension (install needs root)
+#   make test             everything CI runs: deps, build, throwaway cluster, all suites
+#   make installcheck     pg_regress + isolation suites against the server in PG* env
+PG_CONFIG ?= pg_config
+PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
+
+.DEFAULT_GOAL := all
+.PHONY: test deps
+test:
+	@test/run-tests.sh
+deps:
+	@test/install-deps.sh
+
+ifneq ($(PGXS),)
+
+EXTENSION_DIR = extension
+# One source of truth for the version: the control file.
+EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION_DIR)/simba.control)
+
+MODULE_big = simba
+OBJS = $(patsubst %.c,%.o,$(wildcard $(EXTENSION_DIR)/*.c))
+MODULEDIR = extension
+# The current version's script is built from the unversioned source (pgvector's way);
+# older versions' scripts and upgrade scripts are kept as they shipped.
+DATA_built = $(EXTENSION_DIR)/simba--$(EXTVERSION).sql
+DATA = $(EXTENSION_DIR)/simba.control \
+       $(filter-out $(DATA_built),$(wildcard $(EXTENSION_DIR)/simba--*.sql))
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+# test/expected is a link to expected/: one folder of expected outputs for both suites.
+ISOLATION_OPTS = --inputdir=test --load-extension=simba
+REGRESS_OPTS = --load-extension=simba
+EXTRA_CLEAN = META.json
+
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+
+$(EXTENSION_DIR)/simba--$(EXTVERSION).sql: $(EXTENSION_DIR)/simba.sql $(EXTENSION_DIR)/simba.control
+	cp $< $@
+
+META.json: META.json.in $(EXTENSION_DIR)/simba.control
+	sed 's/@EXTVERSION@/$(EXTVERSION)/g' $< > $@
+
+include $(PGXS)
+
+all: META.json
+
+else
+
+all install installcheck:
+	@echo "simba: PostgreSQL server development files not found (run 'make deps' or set PG_CONFIG)" >&2
+	@exit 1
+
+endif

@@ -1,0 +1,90 @@
+-- privileges: nothing for PUBLIC, simba_grant(role) on purpose, and
+-- SECURITY DEFINER functions that search_path tricks cannot redirect
+\set VERBOSITY terse
+CREATE ROLE regress_simba_app;
+CREATE ROLE regress_simba_other;
+CREATE SCHEMA regress_evil AUTHORIZATION regress_simba_app;
+
+-- a role without grants is refused everywhere
+SET ROLE regress_simba_app;
+SELECT simba_acquire('sec', 'app');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_owner('sec');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM simba_mutex_status;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM simba_mutex;
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_grant('regress_simba_app');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- the DBA grants one role on purpose
+SELECT simba_grant('regress_simba_app');
+SET ROLE regress_simba_app;
+SELECT owner_id, fence FROM simba_acquire('sec', 'app', '1h', '1h');
+SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex = 'sec';
+SELECT simba_fence_check('sec', 'app', 1);
+SELECT owner_id FROM simba_owner('sec');
+-- still no direct access to the table: only through the functions
+UPDATE simba_mutex SET owner_id = 'me' WHERE mutex = 'sec';
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM simba_mutex;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO simba_mutex (mutex, owner_id) VALUES ('sec', 'me');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- the grant was for that role only
+SET ROLE regress_simba_other;
+SELECT simba_release('sec', 'app');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- search_path hijack: the granted role shadows the table, the text =
+-- operator and clock_timestamp() in its own schema, and a temp table too
+SELECT owner_id FROM simba_acquire('sec-held', 'someone-else', '1h', '1h');
+SET ROLE regress_simba_app;
+CREATE TABLE regress_evil.simba_mutex (mutex text, owner_id text, acquired_at timestamptz,
+    ttl_at timestamptz, transition_at timestamptz, version bigint, fence bigint);
+CREATE TEMP TABLE simba_mutex (LIKE regress_evil.simba_mutex);
+CREATE FUNCTION regress_evil.always(text, text) RETURNS boolean
+    LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR regress_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_evil.always);
+CREATE FUNCTION regress_evil.clock_timestamp() RETURNS timestamptz
+    LANGUAGE sql AS $$SELECT 'infinity'::timestamptz$$;
+SET search_path = pg_temp, regress_evil, pg_catalog, public;
+SELECT owner_id, fence FROM public.simba_acquire('sec-held', 'app', '1h', '1h');
+SELECT public.simba_release('sec-held', 'app');
+SELECT public.simba_fence_check('sec-held', 'app', 1);
+SELECT (SELECT count(*) FROM regress_evil.simba_mutex) AS evil_rows,
+       (SELECT count(*) FROM pg_temp.simba_mutex) AS temp_rows;
+RESET search_path;
+RESET ROLE;
+SELECT owner_id, fence FROM simba_owner('sec-held');
+
+-- revoking takes it all back
+SELECT simba_revoke('regress_simba_app');
+SET ROLE regress_simba_app;
+SELECT simba_acquire('sec', 'app');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- the functions that write are SECURITY DEFINER with a pinned search_path
+SELECT p.proname, p.prosecdef, p.proconfig
+  FROM pg_proc p
+ WHERE p.proname LIKE 'simba\_%'
+ ORDER BY 1;
+-- and PUBLIC holds no privilege on any simba object but simba_schema()
+SELECT p.proname
+  FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+ WHERE p.proname LIKE 'simba\_%' AND a.grantee = 0
+ ORDER BY 1;
+SELECT c.relname
+  FROM pg_class c, aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+ WHERE c.relname LIKE 'simba\_%' AND a.grantee = 0;
+
+DROP SCHEMA regress_evil CASCADE;
+DROP OWNED BY regress_simba_app, regress_simba_other;
+DROP ROLE regress_simba_app;
+DROP ROLE regress_simba_other;

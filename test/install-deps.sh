@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages simba builds and tests with, only those missing.
+# Needs root (or sudo) when anything is missing; prints what it does.
+set -euo pipefail
+
+pkgs=(
+  make g++ cmake pkg-config
+  postgresql-15 postgresql-server-dev-15 postgresql-contrib
+  libpq-dev libpqxx-dev libgtest-dev
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "simba: installing missing packages: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "simba: run as root or install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+# The tests run their own throwaway cluster: keep Debian from creating and
+# starting a system-wide one when the server package is installed.
+if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+  $sudo mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The project's test command (`make test`, .ci/run). On a fresh Debian 12
+# machine: installs what is missing, builds and installs the extension, builds
+# the C++ client, starts one throwaway cluster (test/with-cluster.sh) and runs
+# every suite against it. Prints each suite's failures and a closing
+# "N passed, N failed" line; exits non-zero if anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [ "${1:-}" != --suites ]; then
+  test/install-deps.sh
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  make -s -j2
+  $sudo make -s install >/dev/null
+  if [ -f client/CMakeLists.txt ]; then
+    cmake -S client -B build/client -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build build/client -j2
+  fi
+  exec test/with-cluster.sh "$0" --suites
+fi
+
+# --- inside the throwaway cluster ---------------------------------------
+passed=0 failed=0 failed_suites=()
+tally() { # suite-name passed failed
+  passed=$((passed + $2)); failed=$((failed + $3))
+  [ "$3" -eq 0 ] || failed_suites+=("$1")
+}
+
+# Runs a suite command, echoing its output; counts "... ok" / "... FAILED"
+# lines (pg_regress, isolation), and one failure if it broke without any.
+run_pg_suite() { # name command...
+  local name=$1 log rc ok bad; shift
+  log=$(mktemp)
+  set +e; "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; set -e
+  ok=$(grep -cE '\.\.\. ok' "$log" || true)
+  bad=$(grep -cE '\.\.\. FAILED' "$log" || true)
+  [ "$rc" -eq 0 ] || [ "$bad" -gt 0 ] || bad=1
+  tally "$name" "$ok" "$bad"
+  rm -f "$log"
+}
+# A variable set on make's command line wins: one suite per call, so a failing
+# pg_regress run does not hide the isolation results.
+run_pg_suite regress make -s installcheck ISOLATION=
+run_pg_suite isolation make -s installcheck REGRESS=
+for diffs in regression.diffs output_iso/regression.diffs; do
+  if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
+done
+
+# C++ client (unit, integration, examples)
+if [ -d build/client ]; then
+  log=$(mktemp)
+  ctest --test-dir build/client --output-on-failure --timeout 300 2>&1 | tee "$log" || true
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || echo "0 tests failed out of 1")
+  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+  nbad=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  tally client $((total - nbad)) "$nbad"
+  rm -f "$log"
+fi
+
+echo
+[ ${#failed_suites[@]} -eq 0 ] || echo "failed suites: ${failed_suites[*]}"
+echo "simba: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
