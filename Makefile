@@ -1,14 +1,19 @@
 # simba — PGXS build of the extension, plus the project's entry points:
 #   make / make install   build and install the extension (install needs root)
+#   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps
+.PHONY: test deps demo psql
 test:
 	@test/run-tests.sh
+demo:
+	@test/demo.sh
+psql:
+	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:
 	@test/install-deps.sh
 
