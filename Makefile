@@ -26,11 +26,10 @@ EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION_DI
 MODULE_big = simba
 OBJS = $(patsubst %.c,%.o,$(wildcard $(EXTENSION_DIR)/*.c))
 MODULEDIR = extension
-# The current version's script is built from the unversioned source (pgvector's way);
-# older versions' scripts and upgrade scripts are kept as they shipped.
-DATA_built = $(EXTENSION_DIR)/simba--$(EXTVERSION).sql
-DATA = $(EXTENSION_DIR)/simba.control \
-       $(filter-out $(DATA_built),$(wildcard $(EXTENSION_DIR)/simba--*.sql))
+# simba--1.0.sql installs 1.0 and each simba--A--B.sql upgrades A to B, all as
+# shipped; CREATE EXTENSION of a newer version chains them, so every install
+# goes through the same upgrade path users take.
+DATA = $(EXTENSION_DIR)/simba.control $(wildcard $(EXTENSION_DIR)/simba--*.sql)
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
@@ -40,9 +39,6 @@ REGRESS_OPTS = --load-extension=simba
 EXTRA_CLEAN = META.json
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-
-$(EXTENSION_DIR)/simba--$(EXTVERSION).sql: $(EXTENSION_DIR)/simba.sql $(EXTENSION_DIR)/simba.control
-	cp $< $@
 
 META.json: META.json.in $(EXTENSION_DIR)/simba.control
 	sed 's/@EXTVERSION@/$(EXTVERSION)/g' $< > $@

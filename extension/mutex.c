@@ -126,11 +126,11 @@ simba_acquire(PG_FUNCTION_ARGS)
 	 */
 	for (attempt = 0;; attempt++)
 	{
-		if (simba_execute(fcinfo, &acquire_update, args, 1) == 1)
+		if (simba_execute(fcinfo, &acquire_update, args, NULL, 1) == 1)
 			break;
-		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2]}, 1) == 1)
+		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2]}, NULL, 1) == 1)
 			break;
-		if (simba_execute(fcinfo, &acquire_insert, args, 1) == 1)
+		if (simba_execute(fcinfo, &acquire_insert, args, NULL, 1) == 1)
 			break;
 		if (attempt > 0)
 			elog(ERROR, "simba: mutex row vanished while acquiring");
@@ -153,7 +153,7 @@ simba_release(PG_FUNCTION_ARGS)
 	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 
 	SPI_connect();
-	released = simba_execute(fcinfo, &release_update, args, 1) == 1;
+	released = simba_execute(fcinfo, &release_update, args, NULL, 1) == 1;
 	SPI_finish();
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
@@ -172,7 +172,7 @@ simba_owner(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	if (simba_execute(fcinfo, &owner_select,
-					  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t)}, 1) == 1)
+					  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t)}, NULL, 1) == 1)
 		result = returned_owner(tupdesc);
 	else
 	{
@@ -206,7 +206,7 @@ simba_fence_check(PG_FUNCTION_ARGS)
 				 errmsg("fence must be positive")));
 
 	SPI_connect();
-	if (simba_execute(fcinfo, &fence_lock, (Datum[]) {PointerGetDatum(mutex)}, 1) == 1)
+	if (simba_execute(fcinfo, &fence_lock, (Datum[]) {PointerGetDatum(mutex)}, NULL, 1) == 1)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
 		TupleDesc	desc = SPI_tuptable->tupdesc;

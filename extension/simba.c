@@ -46,7 +46,7 @@ simba_prepare(SimbaPlan *p, Oid nsp)
 }
 
 uint64
-simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, int tcount)
+simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *nulls, int tcount)
 {
 	Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
 	int			rc;
@@ -59,39 +59,45 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, int tcount)
 		p->plan = simba_prepare(p, nsp);
 		p->nsp = nsp;
 	}
-	rc = SPI_execute_plan(p->plan, values, NULL, false, tcount);
+	rc = SPI_execute_plan(p->plan, values, nulls, false, tcount);
 	if (rc < 0)
 		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+void
+simba_check_chars(text *t, const char *what, int max_chars)
+{
+	int			bytes = VARSIZE_ANY_EXHDR(t);
+
+	/* Characters never outnumber bytes: count them only when it matters. */
+	if (bytes > max_chars)
+	{
+		int			chars = pg_mbstrlen_with_len(VARDATA_ANY(t), bytes);
+
+		if (chars > max_chars)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must be at most %d characters", what, max_chars),
+					 errdetail("It has %d characters.", chars)));
+	}
 }
 
 text *
 simba_name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	text	   *t;
-	int			bytes;
 
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", what)));
 	t = PG_GETARG_TEXT_PP(argno);
-	bytes = VARSIZE_ANY_EXHDR(t);
-	if (bytes == 0)
+	if (VARSIZE_ANY_EXHDR(t) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be empty", what)));
-	/* Characters never outnumber bytes: count them only when it matters. */
-	if (bytes > SIMBA_MAX_NAME_CHARS)
-	{
-		int			chars = pg_mbstrlen_with_len(VARDATA_ANY(t), bytes);
-
-		if (chars > SIMBA_MAX_NAME_CHARS)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must be at most %d characters", what, SIMBA_MAX_NAME_CHARS),
-					 errdetail("It has %d characters.", chars)));
-	}
+	simba_check_chars(t, what, SIMBA_MAX_NAME_CHARS);
 	return t;
 }
 

@@ -33,11 +33,12 @@ typedef struct SimbaPlan
 	Oid			nsp;			/* schema the plan was prepared for */
 } SimbaPlan;
 
-/* Run a plan (inside SPI_connect) and return SPI_processed. */
+/* Run a plan (inside SPI_connect) and return SPI_processed; nulls as SPI's. */
 extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
-							Datum *values, int tcount);
+							Datum *values, const char *nulls, int tcount);
 
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
+extern void simba_check_chars(text *t, const char *what, int max_chars);
 extern text *simba_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);
 extern int64 simba_duration_arg(FunctionCallInfo fcinfo, int argno,
 								const char *what, bool allow_zero);

@@ -15,6 +15,12 @@ SELECT * FROM simba_mutex_status;
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM simba_mutex;
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_semaphore_acquire('sec-sem', 'app', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM simba_semaphore_status;
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_semaphore_gc();
+\echo :LAST_ERROR_SQLSTATE
 SELECT simba_grant('regress_simba_app');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
@@ -26,12 +32,24 @@ SELECT owner_id, fence FROM simba_acquire('sec', 'app', '1h', '1h');
 SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex = 'sec';
 SELECT simba_fence_check('sec', 'app', 1);
 SELECT owner_id FROM simba_owner('sec');
+SELECT token AS app_token, fence AS app_fence FROM simba_semaphore_acquire('sec-sem', 'app', 1) \gset
+SELECT simba_semaphore_fence_check('sec-sem', :'app_token', :app_fence);
+SELECT simba_semaphore_refresh('sec-sem', :'app_token', '1h');
+SELECT key, holder FROM simba_semaphore_status;
+SELECT simba_semaphore_release('sec-sem', :'app_token');
+-- gc stays the DBA's
+SELECT simba_semaphore_gc();
+\echo :LAST_ERROR_SQLSTATE
 -- still no direct access to the table: only through the functions
 UPDATE simba_mutex SET owner_id = 'me' WHERE mutex = 'sec';
 \echo :LAST_ERROR_SQLSTATE
 DELETE FROM simba_mutex;
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO simba_mutex (mutex, owner_id) VALUES ('sec', 'me');
+\echo :LAST_ERROR_SQLSTATE
+UPDATE simba_semaphore_permit SET expires_at = 'infinity';
+\echo :LAST_ERROR_SQLSTATE
+SELECT nextval('simba_permit_fence');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
@@ -68,6 +86,8 @@ SELECT simba_revoke('regress_simba_app');
 SET ROLE regress_simba_app;
 SELECT simba_acquire('sec', 'app');
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_semaphore_acquire('sec-sem', 'app', 1);
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
 -- the functions that write are SECURITY DEFINER with a pinned search_path
@@ -81,7 +101,7 @@ SELECT p.proname
  WHERE p.proname LIKE 'simba\_%' AND a.grantee = 0
  ORDER BY 1;
 SELECT c.relname
-  FROM pg_class c, aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+  FROM pg_class c, aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
  WHERE c.relname LIKE 'simba\_%' AND a.grantee = 0;
 
 DROP SCHEMA regress_evil CASCADE;

@@ -1,0 +1,309 @@
+/*
+ * semaphore.c — counting semaphores with leased, fenced permits (1.1).
+ *
+ * A grant locks the key row (FOR NO KEY UPDATE, via the UPDATE that records
+ * the limit), reads the clock, then counts live permits with a new snapshot:
+ * every earlier grant of the key has committed by then, so the count is exact
+ * and grants never over-allocate. Refresh and fence check lock the key row
+ * FOR SHARE before reading the clock, so each of them is ordered against the
+ * grants: a grant never counts as expired a permit that its holder refreshed
+ * or fenced "at the same time". Release only shortens a permit.
+ * See simba--1.0--1.1.sql for the tables.
+ */
+#include "simba.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+/* Largest permits argument (documented in README). */
+#define SIMBA_MAX_PERMITS 10000
+/* Longest context string, in characters. */
+#define SIMBA_MAX_CONTEXT_CHARS 256
+
+PG_FUNCTION_INFO_V1(simba_semaphore_acquire);
+PG_FUNCTION_INFO_V1(simba_semaphore_refresh);
+PG_FUNCTION_INFO_V1(simba_semaphore_release);
+PG_FUNCTION_INFO_V1(simba_semaphore_fence_check);
+PG_FUNCTION_INFO_V1(simba_semaphore_gc);
+
+static SimbaPlan key_lock_grant = {
+	"UPDATE @extschema@.simba_semaphore SET permits = $2 WHERE key = $1",
+	2, {TEXTOID, INT4OID}
+};
+
+static SimbaPlan key_insert = {
+	"INSERT INTO @extschema@.simba_semaphore (key, permits) VALUES ($1, $2)"
+	" ON CONFLICT (key) DO NOTHING",
+	2, {TEXTOID, INT4OID}
+};
+
+static SimbaPlan key_lock_share = {
+	"SELECT 1 FROM @extschema@.simba_semaphore WHERE key = $1 FOR SHARE",
+	1, {TEXTOID}
+};
+
+/* live permits, the lowest reusable slot, the next new slot; $2 = t */
+static SimbaPlan slots_count = {
+	"SELECT count(*) FILTER (WHERE expires_at > $2),"
+	"       min(slot) FILTER (WHERE expires_at <= $2),"
+	"       coalesce(max(slot) + 1, 0)"
+	"  FROM @extschema@.simba_semaphore_permit WHERE key = $1",
+	2, {TEXTOID, TIMESTAMPTZOID}
+};
+
+/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at */
+#define GRANT_ARGS 6, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+#define PERMIT_COLUMNS "key, slot, token, fence, expires_at"
+
+static SimbaPlan slot_take_over = {
+	"UPDATE @extschema@.simba_semaphore_permit"
+	"   SET holder = $3, context = $4, acquired_at = $5, expires_at = $6,"
+	"       token = pg_catalog.gen_random_uuid(),"
+	"       fence = pg_catalog.nextval('@extschema@.simba_permit_fence')"
+	" WHERE key = $1 AND slot = $2 AND expires_at <= $5"
+	" RETURNING " PERMIT_COLUMNS,
+	GRANT_ARGS
+};
+
+static SimbaPlan slot_insert = {
+	"INSERT INTO @extschema@.simba_semaphore_permit"
+	"       (key, slot, holder, context, acquired_at, expires_at, token, fence)"
+	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.gen_random_uuid(),"
+	"         pg_catalog.nextval('@extschema@.simba_permit_fence'))"
+	" RETURNING " PERMIT_COLUMNS,
+	GRANT_ARGS
+};
+
+static SimbaPlan permit_refresh = {
+	"UPDATE @extschema@.simba_semaphore_permit SET expires_at = $4"
+	" WHERE key = $1 AND token = $2 AND expires_at > $3",
+	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static SimbaPlan permit_release = {
+	"UPDATE @extschema@.simba_semaphore_permit SET expires_at = $3"
+	" WHERE key = $1 AND token = $2 AND expires_at > $3",
+	3, {TEXTOID, UUIDOID, TIMESTAMPTZOID}
+};
+
+static SimbaPlan permit_read = {
+	"SELECT fence, expires_at FROM @extschema@.simba_semaphore_permit"
+	" WHERE key = $1 AND token = $2",
+	2, {TEXTOID, UUIDOID}
+};
+
+static SimbaPlan gc_keys = {
+	"SELECT key FROM @extschema@.simba_semaphore ORDER BY key",
+	0, {}
+};
+
+static SimbaPlan gc_lock = {
+	"SELECT 1 FROM @extschema@.simba_semaphore WHERE key = $1 FOR UPDATE SKIP LOCKED",
+	1, {TEXTOID}
+};
+
+static SimbaPlan gc_delete = {
+	"DELETE FROM @extschema@.simba_semaphore s WHERE s.key = $1"
+	"   AND NOT EXISTS (SELECT 1 FROM @extschema@.simba_semaphore_permit p"
+	"                    WHERE p.key = $1 AND p.expires_at > $2)",
+	2, {TEXTOID, TIMESTAMPTZOID}
+};
+
+static Datum
+uuid_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token must not be null")));
+	return PG_GETARG_DATUM(argno);
+}
+
+static int64
+column_int64(int col, bool *isnull)
+{
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull));
+}
+
+Datum
+simba_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	text	   *key = simba_name_arg(fcinfo, 0, "key");
+	text	   *holder = simba_name_arg(fcinfo, 1, "holder");
+	int32		permits;
+	int64		ttl = simba_duration_arg(fcinfo, 3, "ttl", false);
+	text	   *context = PG_ARGISNULL(4) ? NULL : PG_GETARG_TEXT_PP(4);
+	TupleDesc	tupdesc;
+	TimestampTz t;
+	Datum		lock_args[2];
+	Datum		grant_args[6];
+	bool		isnull;
+	Datum		result = (Datum) 0;
+	bool		granted = false;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("permits must not be null")));
+	permits = PG_GETARG_INT32(2);
+	if (permits < 1 || permits > SIMBA_MAX_PERMITS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("permits must be between 1 and %d", SIMBA_MAX_PERMITS)));
+	if (context != NULL)
+		simba_check_chars(context, "context", SIMBA_MAX_CONTEXT_CHARS);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "simba: return type must be simba_permit");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	lock_args[0] = PointerGetDatum(key);
+	lock_args[1] = Int32GetDatum(permits);
+
+	SPI_connect();
+	/* Lock the key row, creating it on first use (a concurrent creator wins). */
+	while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
+		simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);
+
+	/* Time and count after the lock: every earlier grant is visible now. */
+	t = GetCurrentTimestamp();
+	simba_execute(fcinfo, &slots_count, (Datum[]) {PointerGetDatum(key), TimestampTzGetDatum(t)}, NULL, 1);
+	if (column_int64(1, &isnull) < permits)
+	{
+		/* Take over the lowest expired slot, or open the next one. */
+		int64		slot = column_int64(2, &isnull);
+		SimbaPlan  *grant = &slot_take_over;
+
+		if (isnull)
+		{
+			slot = column_int64(3, &isnull);
+			grant = &slot_insert;
+		}
+		grant_args[0] = PointerGetDatum(key);
+		grant_args[1] = Int32GetDatum((int32) slot);
+		grant_args[2] = PointerGetDatum(holder);
+		grant_args[3] = PointerGetDatum(context);
+		grant_args[4] = TimestampTzGetDatum(t);
+		grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
+		granted = simba_execute(fcinfo, grant, grant_args, context ? NULL : "   n  ", 1) == 1;
+		if (granted)
+			result = PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
+	}
+	SPI_finish();
+	if (!granted)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}
+
+Datum
+simba_semaphore_refresh(PG_FUNCTION_ARGS)
+{
+	text	   *key = simba_name_arg(fcinfo, 0, "key");
+	Datum		token = uuid_arg(fcinfo, 1);
+	int64		ttl = simba_duration_arg(fcinfo, 2, "ttl", false);
+	TimestampTz t;
+	bool		refreshed;
+
+	SPI_connect();
+	simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
+	t = GetCurrentTimestamp();
+	refreshed = simba_execute(fcinfo, &permit_refresh,
+							  (Datum[]) {PointerGetDatum(key), token, TimestampTzGetDatum(t),
+		TimestampTzGetDatum(simba_add_usec(t, ttl))}, NULL, 1) == 1;
+	SPI_finish();
+	PG_RETURN_BOOL(refreshed);
+}
+
+Datum
+simba_semaphore_release(PG_FUNCTION_ARGS)
+{
+	text	   *key = simba_name_arg(fcinfo, 0, "key");
+	Datum		token = uuid_arg(fcinfo, 1);
+	bool		released;
+
+	SPI_connect();
+	released = simba_execute(fcinfo, &permit_release,
+							 (Datum[]) {PointerGetDatum(key), token,
+		TimestampTzGetDatum(GetCurrentTimestamp())}, NULL, 1) == 1;
+	SPI_finish();
+	/* Wake the waiters (delivered at commit, like NOTIFY). */
+	if (released)
+		Async_Notify("simba", text_to_cstring(key));
+	PG_RETURN_BOOL(released);
+}
+
+Datum
+simba_semaphore_fence_check(PG_FUNCTION_ARGS)
+{
+	text	   *key = simba_name_arg(fcinfo, 0, "key");
+	Datum		token = uuid_arg(fcinfo, 1);
+	int64		fence = simba_int64_arg(fcinfo, 2, "fence");
+	char	   *key_name = text_to_cstring(key);
+	bool		found;
+	int64		current_fence = 0;
+	TimestampTz expires_at = 0;
+	TimestampTz t;
+	bool		isnull;
+
+	if (fence <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fence must be positive")));
+
+	SPI_connect();
+	/* Blocks new grants of the key until the caller's transaction ends. */
+	simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
+	t = GetCurrentTimestamp();
+	found = simba_execute(fcinfo, &permit_read, (Datum[]) {PointerGetDatum(key), token}, NULL, 1) == 1;
+	if (found)
+	{
+		current_fence = column_int64(1, &isnull);
+		expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_NOT_OWNER),
+				 errmsg("the token holds no permit of key \"%s\"", key_name),
+				 errdetail("The permit was taken over after it expired, or never existed.")));
+	if (fence != current_fence)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_STALE_FENCE),
+				 errmsg("stale fence " INT64_FORMAT " for the permit of key \"%s\"", fence, key_name),
+				 errdetail("The permit's fence is " INT64_FORMAT ".", current_fence)));
+	if (expires_at <= t)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_LEASE_EXPIRED),
+				 errmsg("the permit of key \"%s\" has expired", key_name),
+				 errdetail("It ended at %s.", timestamptz_to_str(expires_at)),
+				 errhint("Acquire a new permit; it gets a new token and fence.")));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+Datum
+simba_semaphore_gc(PG_FUNCTION_ARGS)
+{
+	uint64		nkeys;
+	uint64		i;
+	int64		removed = 0;
+	SPITupleTable *keys;
+
+	SPI_connect();
+	nkeys = simba_execute(fcinfo, &gc_keys, NULL, NULL, 0);
+	keys = SPI_tuptable;
+	for (i = 0; i < nkeys; i++)
+	{
+		bool		isnull;
+		Datum		key = SPI_getbinval(keys->vals[i], keys->tupdesc, 1, &isnull);
+
+		/* Skip keys being granted right now; check liveness after the lock. */
+		if (simba_execute(fcinfo, &gc_lock, &key, NULL, 1) == 1)
+			removed += simba_execute(fcinfo, &gc_delete,
+									 (Datum[]) {key, TimestampTzGetDatum(GetCurrentTimestamp())},
+									 NULL, 1);
+	}
+	SPI_finish();
+	PG_RETURN_INT64(removed);
+}
