@@ -1,0 +1,65 @@
+// simba client: ContendPeriod, when to attempt next.
+//
+// owner:     delay = ttl_at - now                     (renew as the ttl ends)
+// contender: delay = transition_at - now + jitter     (jitter uniform in
+//            [jitter.min, jitter.max), default [-200 ms, 1000 ms); when the
+//            mutex has no transition window, [zero_transition.min, .max),
+//            default [0, 1000 ms))
+// free:      delay = 0
+// Negative delays clamp to 0. "now" is the client's steady clock and server
+// times are carried onto it through MutexOwner::to_steady: no wall clock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "simba/owner.hpp"
+
+namespace simba {
+
+/// A half-open range [min, max) of jitter. min == max means no jitter.
+struct JitterRange {
+    std::chrono::milliseconds min{-200};
+    std::chrono::milliseconds max{1000};
+};
+
+struct Jitter {
+    JitterRange normal{std::chrono::milliseconds(-200), std::chrono::milliseconds(1000)};
+    JitterRange zero_transition{std::chrono::milliseconds(0), std::chrono::milliseconds(1000)};
+};
+
+class ContendPeriod {
+public:
+    explicit ContendPeriod(std::string contender_id, Jitter jitter = {},
+                           std::uint64_t seed = std::random_device{}());
+
+    const std::string& contender_id() const noexcept { return contender_id_; }
+    const Jitter& jitter() const noexcept { return jitter_; }
+
+    /// Raw delay (may be negative).
+    [[nodiscard]] SteadyClock::duration next_delay(const MutexOwner& owner,
+                                                   SteadyClock::time_point now = SteadyClock::now());
+    /// next_delay clamped to >= 0.
+    [[nodiscard]] SteadyClock::duration ensure_next_delay(const MutexOwner& owner,
+                                                          SteadyClock::time_point now = SteadyClock::now());
+
+    /// Owner case only: ttl deadline - now.
+    [[nodiscard]] static SteadyClock::duration owner_delay(const MutexOwner& owner,
+                                                           SteadyClock::time_point now);
+    /// Contender case only: transition deadline - now + jitter.
+    [[nodiscard]] SteadyClock::duration contender_delay(const MutexOwner& owner,
+                                                        SteadyClock::time_point now);
+    /// One jitter sample for this owner (normal or zero_transition range).
+    [[nodiscard]] std::chrono::milliseconds sample_jitter(const MutexOwner& owner);
+
+private:
+    std::string contender_id_;
+    Jitter jitter_;
+    std::mutex rng_mutex_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace simba

@@ -1,0 +1,92 @@
+// simba client: factories of contend services.
+//
+// simba::ContendServiceFactory is the backend-neutral interface (a TCK is
+// written once against it); simba::pg::ContendServiceFactory is PostgreSQL.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "simba/contender.hpp"
+#include "simba/service.hpp"
+
+namespace simba {
+
+class ContendServiceFactory {
+public:
+    virtual ~ContendServiceFactory() = default;
+    /// A new service in status INITIAL for `contender`. The factory must
+    /// outlive every service it created.
+    [[nodiscard]] virtual std::unique_ptr<MutexContendService> create(
+        std::shared_ptr<MutexContender> contender, ContendOptions options = {}) = 0;
+};
+
+namespace pg {
+
+struct FactoryOptions {
+    /// Sent as application_name on both connections (unless the connection
+    /// string sets one); lets operators and tests find them in pg_stat_activity.
+    std::string application_name = "simba-client";
+    /// statement_timeout on the statement connection. The factory lowers it
+    /// further to half the shortest lease (ttl + transition) in use.
+    std::chrono::milliseconds statement_timeout{2000};
+    /// Reconnect backoff: starts here, doubles, capped at reconnect_max.
+    std::chrono::milliseconds reconnect_initial{100};
+    std::chrono::milliseconds reconnect_max{5000};
+    /// Retry delay after a failed statement on a healthy connection (capped
+    /// by a quarter of the service's ttl).
+    std::chrono::milliseconds retry_delay{500};
+    /// libpq connect_timeout (seconds, libpq's minimum is 2) and TCP keepalives;
+    /// each is used only when the connection string does not set it.
+    int connect_timeout_s = 5;
+    int keepalives_idle_s = 5;
+    int keepalives_interval_s = 2;
+    int keepalives_count = 3;
+};
+
+/// PostgreSQL factory. Whatever the number of services: two connections (one
+/// for statements, one for LISTEN simba) and two threads (the I/O thread that
+/// drives every service from a timer queue, and the handle thread that runs
+/// callbacks and fires on_released at lease deadlines).
+class ContendServiceFactory final : public simba::ContendServiceFactory {
+public:
+    /// `conninfo` is a libpq connection string or URI; empty = libpq's
+    /// environment (PGHOST, PGPORT, ...). Does not block: the I/O thread
+    /// connects, and reconnects with capped exponential backoff.
+    explicit ContendServiceFactory(std::string conninfo = {}, FactoryOptions options = {});
+    /// Stops services still running (releasing their locks), then the threads.
+    ~ContendServiceFactory() override;
+    ContendServiceFactory(const ContendServiceFactory&) = delete;
+    ContendServiceFactory& operator=(const ContendServiceFactory&) = delete;
+
+    [[nodiscard]] std::unique_ptr<MutexContendService> create(
+        std::shared_ptr<MutexContender> contender, ContendOptions options = {}) override;
+
+    /// Connections the factory has open right now (0, 1 or 2).
+    [[nodiscard]] int connection_count() const;
+    /// Connections the factory ever holds at once.
+    static constexpr int max_connections = 2;
+    /// Threads the factory runs (I/O + handle), whatever the number of services.
+    static constexpr int thread_count = 2;
+    /// Both connections are up and listening.
+    [[nodiscard]] bool connected() const;
+    /// Waits until connected(), up to `timeout`; returns connected().
+    bool wait_connected(std::chrono::milliseconds timeout) const;
+    /// Successful (re)connections so far; 1 after the first connect.
+    [[nodiscard]] std::uint64_t connects() const;
+    /// The application_name in effect on the connections (the connection
+    /// string's, if it sets one, else FactoryOptions::application_name).
+    [[nodiscard]] const std::string& application_name() const;
+    /// The statement_timeout currently in effect on the statement connection.
+    [[nodiscard]] std::chrono::milliseconds statement_timeout() const;
+
+    struct Core;
+
+private:
+    std::shared_ptr<Core> core_;
+};
+
+}  // namespace pg
+}  // namespace simba

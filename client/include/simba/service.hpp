@@ -1,0 +1,79 @@
+// simba client: MutexContendService, one contender contending for one mutex.
+//
+// Status machine: INITIAL -> STARTING -> RUNNING -> STOPPING -> INITIAL.
+// start() is legal only from INITIAL, stop() only from RUNNING; anything else
+// throws IllegalStateError. Both are safe to call concurrently from any
+// number of threads: exactly one caller wins each transition.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "simba/contend_period.hpp"
+#include "simba/contender.hpp"
+#include "simba/owner.hpp"
+
+namespace simba {
+
+enum class Status { INITIAL, STARTING, RUNNING, STOPPING };
+const char* to_string(Status status) noexcept;
+
+/// Lease parameters of one service.
+struct ContendOptions {
+    /// Exclusive window; the owner renews as it ends.
+    std::chrono::microseconds ttl = std::chrono::seconds(10);
+    /// Grace window after ttl: the owner may still renew, others wait.
+    std::chrono::microseconds transition = std::chrono::seconds(6);
+    /// Contenders' jitter around transition_at.
+    Jitter jitter{};
+    /// The owner gives up (is_owner() turns false, on_released fires) this
+    /// much before its lease deadline when renewals fail: room for clock
+    /// drift and for the callback to reach the application. Capped at a
+    /// tenth of ttl + transition.
+    std::chrono::microseconds release_margin = std::chrono::milliseconds(20);
+    /// Throws InvalidArgumentError unless ttl > 0 and transition >= 0.
+    void validate() const;
+};
+
+class MutexContendService {
+public:
+    virtual ~MutexContendService() = default;
+    MutexContendService(const MutexContendService&) = delete;
+    MutexContendService& operator=(const MutexContendService&) = delete;
+
+    /// INITIAL -> STARTING -> RUNNING. Contention begins on the I/O thread.
+    void start();
+    /// RUNNING -> STOPPING -> INITIAL. Releases the mutex if held (the
+    /// server NOTIFYs waiters), fires on_released for an owner, and returns
+    /// only after every callback of this service has run.
+    void stop();
+    [[nodiscard]] Status status() const noexcept { return status_.load(); }
+    [[nodiscard]] bool running() const noexcept { return status() == Status::RUNNING; }
+
+    [[nodiscard]] const std::shared_ptr<MutexContender>& contender() const noexcept { return contender_; }
+    [[nodiscard]] const std::string& mutex() const noexcept { return contender_->mutex(); }
+    [[nodiscard]] const std::string& contender_id() const noexcept { return contender_->contender_id(); }
+
+    /// True only while this contender holds a lease the client can prove:
+    /// compares the steady clock with the lease deadline itself, so it is
+    /// never true past the deadline, whatever the I/O thread is doing.
+    [[nodiscard]] virtual bool is_owner() const = 0;
+    /// Fence of the current tenure when is_owner(), else 0.
+    [[nodiscard]] virtual std::int64_t fence() const = 0;
+    /// The last contention step: the owner before and after it (a renewal
+    /// is a step with changed() == false).
+    [[nodiscard]] virtual MutexState state() const = 0;
+
+protected:
+    explicit MutexContendService(std::shared_ptr<MutexContender> contender);
+    virtual void start_contend() = 0;
+    virtual void stop_contend() = 0;
+
+private:
+    std::shared_ptr<MutexContender> contender_;
+    std::atomic<Status> status_{Status::INITIAL};
+};
+
+}  // namespace simba

@@ -1,0 +1,13 @@
+// simba client: everything.
+#pragma once
+
+#include "simba/contend_period.hpp"
+#include "simba/contender.hpp"
+#include "simba/contender_id.hpp"
+#include "simba/errors.hpp"
+#include "simba/factory.hpp"
+#include "simba/locker.hpp"
+#include "simba/log.hpp"
+#include "simba/owner.hpp"
+#include "simba/scheduler.hpp"
+#include "simba/service.hpp"

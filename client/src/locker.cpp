@@ -1,0 +1,103 @@
+#include "simba/locker.hpp"
+
+#include "simba/errors.hpp"
+#include "simba/log.hpp"
+
+namespace simba {
+
+struct Locker::Contender final : MutexContender {
+    using MutexContender::MutexContender;
+
+    void on_acquired(const MutexState& state) override {
+        std::lock_guard<std::mutex> lock(m);
+        owner = true;
+        fence = state.after.fence;
+        cv.notify_all();
+    }
+    void on_released(const MutexState&) override {
+        std::lock_guard<std::mutex> lock(m);
+        owner = false;
+        cv.notify_all();
+    }
+
+    std::mutex m;
+    std::condition_variable cv;
+    bool owner = false;
+    std::int64_t fence = 0;
+};
+
+Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options)
+    : contender_(std::make_shared<Contender>(std::move(mutex), std::move(contender_id))),
+      service_(factory.create(contender_, options)) {}
+
+Locker::~Locker() {
+    try {
+        release();
+    } catch (const std::exception& e) {
+        log_release_failure(e);
+    }
+}
+
+void Locker::log_release_failure(const std::exception& e) {
+    // Kept out of line so the destructor stays noexcept-friendly.
+    log(LogLevel::error, std::string("Locker release failed: ") + e.what());
+}
+
+void Locker::acquire() { acquire_until(SteadyClock::time_point::max(), false); }
+
+void Locker::acquire(std::chrono::milliseconds timeout) {
+    acquire_until(SteadyClock::now() + timeout, true);
+}
+
+bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
+    {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
+        in_use_ = true;
+    }
+    try {
+        service_->start();
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        in_use_ = false;
+        throw;
+    }
+    bool ok;
+    {
+        std::unique_lock<std::mutex> lock(contender_->m);
+        auto pred = [&] { return contender_->owner; };
+        if (bounded)
+            ok = contender_->cv.wait_until(lock, deadline, pred);  // re-waits on spurious wake-ups
+        else {
+            contender_->cv.wait(lock, pred);
+            ok = true;
+        }
+        if (ok) {
+            std::lock_guard<std::mutex> call(call_mutex_);
+            fence_ = contender_->fence;
+        }
+    }
+    if (!ok) {
+        release();
+        throw TimeoutError("timed out acquiring mutex " + mutex());
+    }
+    return true;
+}
+
+void Locker::release() {
+    if (service_->status() == Status::RUNNING) service_->stop();
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    in_use_ = false;
+}
+
+bool Locker::is_owner() const { return service_->is_owner(); }
+
+std::int64_t Locker::fence() const {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    return fence_;
+}
+
+const std::string& Locker::mutex() const noexcept { return contender_->mutex(); }
+const std::string& Locker::contender_id() const noexcept { return contender_->contender_id(); }
+
+}  // namespace simba

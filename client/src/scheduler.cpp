@@ -1,0 +1,136 @@
+#include "simba/scheduler.hpp"
+
+#include "simba/errors.hpp"
+#include "simba/log.hpp"
+
+namespace simba {
+
+ScheduleConfig ScheduleConfig::fixed_rate(std::chrono::milliseconds initial_delay, std::chrono::milliseconds period) {
+    return ScheduleConfig{Strategy::FIXED_RATE, initial_delay, period};
+}
+
+ScheduleConfig ScheduleConfig::fixed_delay(std::chrono::milliseconds initial_delay, std::chrono::milliseconds delay) {
+    return ScheduleConfig{Strategy::FIXED_DELAY, initial_delay, delay};
+}
+
+struct Scheduler::State {
+    ScheduleConfig config;
+    Work work;
+    std::mutex m;
+    std::condition_variable cv;
+    bool leader = false;
+    std::uint64_t term = 0;  // +1 on every leadership change
+    bool quit = false;
+    const MutexContendService* service = nullptr;
+
+    void run_worker();
+};
+
+namespace {
+
+class WorkContender final : public MutexContender {
+public:
+    WorkContender(std::string mutex, std::string id, std::shared_ptr<Scheduler::State> state)
+        : MutexContender(std::move(mutex), std::move(id)), state_(std::move(state)) {}
+    void on_acquired(const MutexState&) override { set(true); }
+    void on_released(const MutexState&) override { set(false); }
+
+private:
+    void set(bool leader);
+    std::shared_ptr<Scheduler::State> state_;
+};
+
+}  // namespace
+
+void WorkContender::set(bool leader) {
+    std::lock_guard<std::mutex> lock(state_->m);
+    state_->leader = leader;
+    ++state_->term;
+    state_->cv.notify_all();
+}
+
+void Scheduler::State::run_worker() {
+    std::unique_lock<std::mutex> lock(m);
+    while (!quit) {
+        if (!leader) {
+            cv.wait(lock, [&] { return quit || leader; });
+            continue;
+        }
+        const std::uint64_t my_term = term;
+        auto cancelled = [&] { return quit || !leader || term != my_term; };
+        auto next = SteadyClock::now() + config.initial_delay;
+        while (!cancelled()) {
+            if (cv.wait_until(lock, next, cancelled)) break;  // lost leadership: next runs cancelled
+            if (service && !service->is_owner()) {
+                // The lease deadline passed; on_released is on its way.
+                next += config.period;
+                continue;
+            }
+            lock.unlock();
+            try {
+                work();
+            } catch (const std::exception& e) {
+                log(LogLevel::error, std::string("scheduled work threw: ") + e.what());
+            } catch (...) {
+                log(LogLevel::error, "scheduled work threw a non-std exception");
+            }
+            lock.lock();
+            auto now = SteadyClock::now();
+            if (config.strategy == ScheduleConfig::Strategy::FIXED_RATE) {
+                next += config.period;
+                while (next < now) next += config.period;  // skip missed runs, no burst
+            } else {
+                next = now + config.period;
+            }
+        }
+    }
+}
+
+Scheduler::Scheduler(ContendServiceFactory& factory, std::string mutex, ScheduleConfig config, Work work,
+                     std::string contender_id, ContendOptions options)
+    : state_(std::make_shared<State>()) {
+    if (config.period.count() <= 0) throw InvalidArgumentError("period must be positive", "22023");
+    if (config.initial_delay.count() < 0) throw InvalidArgumentError("initial_delay must not be negative", "22023");
+    if (!work) throw InvalidArgumentError("work must not be null", "22004");
+    state_->config = config;
+    state_->work = std::move(work);
+    service_ = factory.create(std::make_shared<WorkContender>(std::move(mutex), std::move(contender_id), state_),
+                              options);
+    state_->service = service_.get();
+}
+
+Scheduler::~Scheduler() {
+    try {
+        if (status() == Status::RUNNING) stop();
+    } catch (const std::exception& e) {
+        log(LogLevel::error, std::string("Scheduler stop in destructor failed: ") + e.what());
+    }
+    if (worker_.joinable()) worker_.join();
+}
+
+void Scheduler::start() {
+    if (worker_.joinable()) throw IllegalStateError("Scheduler already started");
+    {
+        std::lock_guard<std::mutex> lock(state_->m);
+        state_->quit = false;
+    }
+    service_->start();
+    auto st = state_;
+    worker_ = std::thread([st] { st->run_worker(); });
+}
+
+void Scheduler::stop() {
+    service_->stop();  // fires on_released for a leader: cancels next runs
+    {
+        std::lock_guard<std::mutex> lock(state_->m);
+        state_->quit = true;
+        state_->cv.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();  // waits for a running work item
+}
+
+bool Scheduler::is_leader() const { return service_->is_owner(); }
+
+Status Scheduler::status() const noexcept { return service_->status(); }
+
+}  // namespace simba

@@ -1,0 +1,53 @@
+#include "simba/service.hpp"
+
+#include "simba/errors.hpp"
+
+namespace simba {
+
+const char* to_string(Status status) noexcept {
+    switch (status) {
+        case Status::INITIAL: return "INITIAL";
+        case Status::STARTING: return "STARTING";
+        case Status::RUNNING: return "RUNNING";
+        case Status::STOPPING: return "STOPPING";
+    }
+    return "?";
+}
+
+void ContendOptions::validate() const {
+    validate_ttl(ttl);
+    validate_transition(transition);
+}
+
+MutexContendService::MutexContendService(std::shared_ptr<MutexContender> contender)
+    : contender_(std::move(contender)) {
+    if (!contender_) throw InvalidArgumentError("contender must not be null", "22004");
+}
+
+void MutexContendService::start() {
+    Status expected = Status::INITIAL;
+    if (!status_.compare_exchange_strong(expected, Status::STARTING))
+        throw IllegalStateError(std::string("start() needs status INITIAL, not ") + to_string(expected));
+    try {
+        start_contend();
+    } catch (...) {
+        status_.store(Status::INITIAL);
+        throw;
+    }
+    status_.store(Status::RUNNING);
+}
+
+void MutexContendService::stop() {
+    Status expected = Status::RUNNING;
+    if (!status_.compare_exchange_strong(expected, Status::STOPPING))
+        throw IllegalStateError(std::string("stop() needs status RUNNING, not ") + to_string(expected));
+    try {
+        stop_contend();
+    } catch (...) {
+        status_.store(Status::INITIAL);
+        throw;
+    }
+    status_.store(Status::INITIAL);
+}
+
+}  // namespace simba

@@ -1,0 +1,656 @@
+// Integration tests against a real PostgreSQL with the simba extension
+// (run through test/pg-run.sh). No mocks, no sleeps standing in for
+// conditions: every wait is a condition with a deadline.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <set>
+
+#include "pg_support.hpp"
+
+using namespace simba_test;
+using simba::ContendOptions;
+using simba::MutexContendService;
+using simba::MutexState;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+ContendOptions lease(milliseconds ttl, milliseconds transition) {
+    ContendOptions o;
+    o.ttl = ttl;
+    o.transition = transition;
+    return o;
+}
+
+std::string owner_of(pqxx::connection& c, const std::string& mutex) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", mutex);
+    return r[0].is_null() ? std::string() : r[0].as<std::string>();
+}
+
+}  // namespace
+
+// --------------------------------------------------------------- handoff
+
+TEST(Handoff, StopReleasesAndNotifyWakesTheWaiterBeforeItsPoll) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("handoff"));
+    const auto m = unique_name("handoff");
+    // Long leases: B's poll backstop is ~8 s away, so a fast handoff can only
+    // come from the NOTIFY.
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto b = std::make_shared<Recorder>(m, "B");
+    auto sa = factory.create(a, lease(5000ms, 3000ms));
+    auto sb = factory.create(b, lease(5000ms, 3000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    EXPECT_TRUE(sa->is_owner());
+    const auto fence_a = sa->fence();
+    EXPECT_GT(fence_a, 0);
+    EXPECT_EQ(owner_of(*db, m), "A");
+
+    sb->start();
+    // B has made its first attempt and saw A as owner.
+    ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "A"; }, 10s));
+    EXPECT_FALSE(sb->is_owner());
+    const auto b_poll_at = sb->state().after.transition_deadline() - 200ms;  // earliest jittered poll
+
+    const auto t0 = SteadyClock::now();
+    sa->stop();
+    // stop() returned only after on_released ran.
+    ASSERT_EQ(a->released_count(), 1);
+    EXPECT_FALSE(sa->is_owner());
+    EXPECT_EQ(sa->fence(), 0);
+    ASSERT_TRUE(b->wait([](auto& ev) { return !ev.empty(); }, 10s));
+    const auto ev = b->events().front();
+    const auto handoff = duration_cast<milliseconds>(ev.at - t0);
+    std::printf("handoff latency (A.stop() called -> B.on_acquired): %lld us; B's poll was %lld ms away\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(ev.at - t0).count()),
+                static_cast<long long>(duration_cast<milliseconds>(b_poll_at - t0).count()));
+    EXPECT_TRUE(ev.acquired);
+    EXPECT_LT(handoff, 1000ms);
+    EXPECT_LT(ev.at, b_poll_at - 5s);  // well before the poll
+    EXPECT_GT(ev.state.after.fence, fence_a);
+    EXPECT_TRUE(ev.state.acquired("B"));
+    EXPECT_EQ(owner_of(*db, m), "B");
+    // Callbacks never run on the caller's thread.
+    EXPECT_NE(ev.thread, std::this_thread::get_id());
+    sb->stop();
+    EXPECT_EQ(owner_of(*db, m), "");
+}
+
+TEST(Handoff, RenewalsFireNoCallbacksAndKeepTheFence) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("renew"));
+    const auto m = unique_name("renew");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(200ms, 200ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto fence = sa->fence();
+    auto version = [&] {
+        pqxx::nontransaction tx(*db);
+        return tx.exec_params1("SELECT version FROM simba_owner($1)", m)[0].as<std::int64_t>();
+    };
+    const auto v0 = version();
+    // At least five renewals (each bumps version) while we watch.
+    ASSERT_TRUE(eventually([&] { return version() >= v0 + 5; }, 10s));
+    EXPECT_TRUE(sa->is_owner());
+    EXPECT_EQ(sa->fence(), fence);
+    EXPECT_EQ(a->events().size(), 1u);  // only the first on_acquired
+    EXPECT_FALSE(sa->state().changed());  // last state is a renewal
+    sa->stop();
+    EXPECT_EQ(a->released_count(), 1);
+}
+
+TEST(Handoff, StopFromInsideACallbackDoesNotDeadlock) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("selfstop"));
+    const auto m = unique_name("selfstop");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(1000ms, 500ms));
+    std::atomic<bool> stop_returned{false};
+    int released_seen_inside = -1;
+    a->hook = [&](bool acquired, const MutexState&) {
+        if (!acquired) return;
+        sa->stop();  // from the handle thread
+        released_seen_inside = a->released_count();
+        stop_returned = true;
+    };
+    sa->start();
+    ASSERT_TRUE(eventually([&] { return stop_returned.load(); }, 10s));
+    // on_released ran inside stop(), before it returned.
+    EXPECT_EQ(released_seen_inside, 1);
+    EXPECT_EQ(sa->status(), simba::Status::INITIAL);
+    EXPECT_EQ(owner_of(*db, m), "");
+}
+
+// ------------------------------------------------------------ concurrency
+
+TEST(Concurrency, StartStopFromManyThreadsOnARealService) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("conc"));
+    const auto m = unique_name("conc");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(1000ms, 500ms));
+    std::atomic<int> starts{0}, stops{0}, rejected{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 100; ++i) {
+                try {
+                    if ((i + t) % 2 == 0) {
+                        sa->start();
+                        ++starts;
+                    } else {
+                        sa->stop();
+                        ++stops;
+                    }
+                } catch (const simba::IllegalStateError&) {
+                    ++rejected;
+                }
+            }
+        });
+    for (auto& th : threads) th.join();
+    if (sa->running()) {
+        sa->stop();
+        ++stops;
+    }
+    EXPECT_EQ(starts.load(), stops.load());
+    EXPECT_GT(starts.load(), 0);
+    EXPECT_EQ(sa->status(), simba::Status::INITIAL);
+    // Every on_acquired was matched by an on_released, in order, and nothing
+    // is held any more.
+    auto ev = a->events();
+    bool held = false, alternates = true;
+    for (auto& e : ev) {
+        alternates = alternates && (e.acquired != held);
+        held = e.acquired;
+    }
+    EXPECT_TRUE(alternates);
+    EXPECT_FALSE(held);
+    EXPECT_EQ(owner_of(*db, m), "");
+    // And the service still works afterwards.
+    sa->start();
+    ASSERT_TRUE(eventually([&] { return sa->is_owner(); }, 10s));
+    sa->stop();
+}
+
+TEST(Concurrency, DestroyingTheFactoryReleasesRunningServices) {
+    LogCapture logs;
+    auto db = admin();
+    const auto m = unique_name("factory-gone");
+    auto a = std::make_shared<Recorder>(m, "A");
+    std::unique_ptr<MutexContendService> sa;
+    {
+        simba::pg::ContendServiceFactory factory("", test_options("gone"));
+        sa = factory.create(a, lease(5000ms, 3000ms));
+        sa->start();
+        ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+        EXPECT_EQ(owner_of(*db, m), "A");
+    }  // factory destroyed while the service runs
+    EXPECT_EQ(a->released_count(), 1);
+    EXPECT_FALSE(sa->is_owner());
+    EXPECT_EQ(owner_of(*db, m), "");  // released on the server, not left to lapse
+    sa->stop();                       // still legal, and harmless
+    EXPECT_EQ(sa->status(), simba::Status::INITIAL);
+    EXPECT_THROW(sa->start(), simba::IllegalStateError);  // the factory is gone
+    EXPECT_EQ(a->events().size(), 2u);
+}
+
+// ------------------------------------------------------- killed connection
+
+TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect) {
+    LogCapture logs;
+    auto root = admin();
+    const auto dbname = unique_name("simba_kill");
+    const auto quoted = root->quote_name(dbname);
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec0("CREATE DATABASE " + quoted);
+    }
+    struct DropDb {
+        pqxx::connection& c;
+        std::string q;
+        ~DropDb() {
+            try {
+                pqxx::nontransaction tx(c);
+                tx.exec0("ALTER DATABASE " + q + " ALLOW_CONNECTIONS true");
+                tx.exec0("DROP DATABASE " + q + " WITH (FORCE)");
+            } catch (...) {
+            }
+        }
+    } drop_db{*root, quoted};
+    const std::string conninfo = "dbname=" + dbname;
+    auto db = admin(conninfo);     // test's view of the lock table (not killed)
+    auto probe = admin(conninfo);  // used from inside on_released
+
+    auto opts = test_options("kill");
+    simba::pg::ContendServiceFactory factory(conninfo, opts);
+    const auto m = unique_name("kill");
+    auto a = std::make_shared<Recorder>(m, "A");
+    // Evidence taken at the moment on_released runs: does the server still
+    // hold our lease (clock_timestamp() < transition_at)?
+    std::atomic<int> lease_still_valid_on_server{-1};
+    a->hook = [&](bool acquired, const MutexState&) {
+        if (acquired || lease_still_valid_on_server.load() != -1) return;
+        pqxx::nontransaction tx(*probe);
+        auto r = tx.exec_params1(
+            "SELECT owner_id = 'A' AND clock_timestamp() < transition_at FROM simba_mutex WHERE mutex = $1", m);
+        lease_still_valid_on_server = r[0].as<bool>() ? 1 : 0;
+    };
+    auto sa = factory.create(a, lease(600ms, 400ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto fence1 = sa->fence();
+    ASSERT_TRUE(factory.wait_connected(5s));
+    EXPECT_EQ(backends_with_app(*root, opts.application_name), 2);
+
+    // Outage: no new connections to the database, and kill ours.
+    const auto outage_start = SteadyClock::now();
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS false");
+        auto r = tx.exec_params(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            opts.application_name);
+        EXPECT_EQ(r.size(), 2u);
+    }
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
+    const auto released = a->events()[1];
+    EXPECT_FALSE(released.acquired);
+    EXPECT_TRUE(released.state.released("A"));
+    EXPECT_EQ(lease_still_valid_on_server.load(), 1) << "on_released came after transition_at";
+    EXPECT_FALSE(sa->is_owner());
+    EXPECT_EQ(sa->fence(), 0);
+    EXPECT_LE(released.at - outage_start, 1000ms + 100ms);  // within one lease of the outage
+    EXPECT_FALSE(factory.connected());
+
+    // Let the server-side lease lapse, then end the outage.
+    ASSERT_TRUE(eventually(
+        [&] {
+            pqxx::nontransaction tx(*db);
+            return tx.exec_params1("SELECT transition_at <= clock_timestamp() FROM simba_mutex WHERE mutex = $1", m)[0]
+                .as<bool>();
+        },
+        5s));
+    const int failed_connects = logs.count_containing("connect failed");
+    const auto outage = duration_cast<milliseconds>(SteadyClock::now() - outage_start);
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS true");
+    }
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
+    const auto again = a->events()[2];
+    EXPECT_TRUE(again.acquired);
+    EXPECT_EQ(again.state.after.fence, fence1 + 1);  // a new tenure
+    EXPECT_TRUE(sa->is_owner());
+    EXPECT_GE(factory.connects(), 2u);
+    EXPECT_EQ(backends_with_app(*root, opts.application_name), 2);
+    // Errors were reported, and reconnects backed off (200 ms cap): no busy loop.
+    std::printf("outage %lld ms: %d failed connect attempts logged\n", static_cast<long long>(outage.count()),
+                failed_connects);
+    EXPECT_GE(failed_connects, 1);
+    EXPECT_LE(failed_connects, outage.count() / 150 + 5);
+    EXPECT_GE(logs.count_containing("connection"), 1);
+    sa->stop();
+    EXPECT_EQ(owner_of(*db, m), "");
+
+    // LISTEN is back: a handoff on the reconnected factory is pushed, not polled.
+    const auto m2 = unique_name("kill-relisten");
+    auto c = std::make_shared<Recorder>(m2, "C");
+    auto d = std::make_shared<Recorder>(m2, "D");
+    auto sc = factory.create(c, lease(5000ms, 3000ms));
+    auto sd = factory.create(d, lease(5000ms, 3000ms));
+    sc->start();
+    ASSERT_TRUE(c->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    sd->start();
+    ASSERT_TRUE(eventually([&] { return sd->state().after.owner_id == "C"; }, 10s));
+    const auto t0 = SteadyClock::now();
+    sc->stop();
+    ASSERT_TRUE(d->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    EXPECT_LT(d->events()[0].at - t0, 1000ms);  // the poll was ~8 s away
+    sd->stop();
+}
+
+TEST(KilledConnection, BlockedRenewalStillReleasesAtTheDeadline) {
+    // A renewal stuck behind a row lock (someone's fence-check transaction)
+    // must not keep is_owner() true: the handle thread fires on_released.
+    LogCapture logs;
+    auto db = admin();
+    auto blocker = admin();
+    auto opts = test_options("blocked");
+    opts.statement_timeout = 5000ms;  // lowered by the factory to lease/2 = 500 ms
+    simba::pg::ContendServiceFactory factory("", opts);
+    const auto m = unique_name("blocked");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(600ms, 400ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    EXPECT_EQ(factory.statement_timeout(), 500ms);
+    const auto fence = sa->fence();
+    {
+        pqxx::work tx(*blocker);
+        tx.exec_params("SELECT simba_fence_check($1, 'A', $2)", m, fence);  // FOR SHARE lock
+        tx.exec0("LOCK TABLE simba_mutex IN EXCLUSIVE MODE");                // and block every update
+        ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
+        EXPECT_FALSE(a->events()[1].acquired);
+        EXPECT_FALSE(sa->is_owner());
+        // The blocked renewal ends by statement_timeout (57014), reported.
+        ASSERT_TRUE(eventually([&] { return logs.count_containing("57014") >= 1; }, 10s));
+        EXPECT_TRUE(factory.connected());
+        tx.abort();
+    }
+    // The statement timed out (logged), the connection stayed up, and the
+    // contender takes the lock again once the table is free.
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
+    EXPECT_TRUE(a->events()[2].acquired);
+    EXPECT_TRUE(sa->is_owner());
+    sa->stop();
+}
+
+// ----------------------------------------------------------------- locker
+
+TEST(Locker, TimeoutFenceAndRelease) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("locker"));
+    const auto m = unique_name("locker");
+    std::int64_t fence_a = 0;
+    {
+        simba::Locker a(factory, m, "A", lease(1000ms, 500ms));
+        a.acquire();
+        EXPECT_TRUE(a.is_owner());
+        fence_a = a.fence();
+        EXPECT_GT(fence_a, 0);
+        EXPECT_EQ(owner_of(*db, m), "A");
+        EXPECT_THROW(a.acquire(), simba::IllegalStateError);  // one locker, one hold
+
+        simba::Locker b(factory, m, "B", lease(1000ms, 500ms));
+        const auto t0 = SteadyClock::now();
+        EXPECT_THROW(b.acquire(300ms), simba::TimeoutError);
+        const auto waited = SteadyClock::now() - t0;
+        EXPECT_GE(waited, 300ms);  // never early
+        EXPECT_LT(waited, 3000ms);
+        EXPECT_FALSE(b.is_owner());
+        EXPECT_EQ(owner_of(*db, m), "A");
+        // Renewals keep A's hold across several ttls.
+        ASSERT_TRUE(eventually([&] { return SteadyClock::now() - t0 > 1600ms; }, 5s));
+        EXPECT_TRUE(a.is_owner());
+        EXPECT_EQ(a.fence(), fence_a);
+    }  // destructors release
+    EXPECT_EQ(owner_of(*db, m), "");
+    simba::Locker c(factory, m, "C", lease(1000ms, 500ms));
+    const auto t1 = SteadyClock::now();
+    c.acquire(5000ms);
+    EXPECT_LT(SteadyClock::now() - t1, 1000ms);  // free: no waiting for transition
+    EXPECT_GT(c.fence(), fence_a);
+}
+
+TEST(Locker, WaiterGetsTheLockWhenTheHolderReleases) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("locker2"));
+    const auto m = unique_name("locker2");
+    auto a = std::make_unique<simba::Locker>(factory, m, "A", lease(3000ms, 2000ms));
+    a->acquire();
+    std::atomic<bool> b_has_it{false};
+    std::int64_t fence_b = 0;
+    std::thread waiter([&] {
+        simba::Locker b(factory, m, "B", lease(3000ms, 2000ms));
+        b.acquire(10000ms);
+        fence_b = b.fence();
+        b_has_it = true;
+    });
+    ASSERT_TRUE(eventually([&] { return backends_with_app(*db, factory.application_name()) == 2; }, 5s));
+    EXPECT_FALSE(b_has_it.load());
+    const auto t0 = SteadyClock::now();
+    a.reset();  // release: NOTIFY wakes B long before its 5 s poll
+    waiter.join();
+    EXPECT_TRUE(b_has_it.load());
+    EXPECT_LT(SteadyClock::now() - t0, 2000ms);
+    EXPECT_GT(fence_b, 0);
+}
+
+// -------------------------------------------------------------- scheduler
+
+TEST(Scheduler, RunsWorkOnlyWhileLeader) {
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sched"));
+    const auto m = unique_name("sched");
+    std::atomic<int> in_work{0}, overlaps{0}, not_leader{0}, runs1{0}, runs2{0};
+    auto make_work = [&](const std::string& id, std::atomic<int>& runs) {
+        auto conn = std::make_shared<pqxx::connection>();
+        return [&, id, conn] {
+            if (in_work.fetch_add(1) != 0) ++overlaps;
+            // The server agrees that we are the leader, every time.
+            if (owner_of(*conn, m) != id) ++not_leader;
+            int n = ++runs;
+            in_work.fetch_sub(1);
+            if (n % 3 == 0) throw std::runtime_error("work failure " + std::to_string(n));
+        };
+    };
+    auto opts = lease(400ms, 300ms);
+    simba::Scheduler s1(factory, m, simba::ScheduleConfig::fixed_rate(0ms, 30ms), make_work("S1", runs1), "S1", opts);
+    simba::Scheduler s2(factory, m, simba::ScheduleConfig::fixed_delay(0ms, 30ms), make_work("S2", runs2), "S2", opts);
+    s1.start();
+    ASSERT_TRUE(eventually([&] { return runs1.load() >= 3; }, 10s));
+    s2.start();
+    // S1 keeps running across several lease renewals; S2 never runs.
+    const int base = runs1.load();
+    ASSERT_TRUE(eventually([&] { return runs1.load() >= base + 30; }, 10s));  // ~0.9 s, > 2 ttls
+    EXPECT_EQ(runs2.load(), 0);
+    EXPECT_TRUE(s1.is_leader());
+    EXPECT_FALSE(s2.is_leader());
+    // Exceptions (every third run) did not stop the schedule.
+    EXPECT_GE(logs.count_containing("scheduled work threw"), 10);
+
+    s1.stop();
+    const int final1 = runs1.load();
+    EXPECT_FALSE(s1.is_leader());
+    ASSERT_TRUE(eventually([&] { return runs2.load() >= 5; }, 10s));
+    EXPECT_TRUE(s2.is_leader());
+    EXPECT_EQ(runs1.load(), final1);  // nothing ran after stop() returned
+    s2.stop();
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(not_leader.load(), 0);
+    EXPECT_THROW(s2.stop(), simba::IllegalStateError);
+}
+
+// ---------------------------------------------------------- 1,000 services
+
+TEST(ThousandServices, TwoConnectionsAndBoundedThreads) {
+    LogCapture logs;
+    auto db = admin();
+    const int threads_before = thread_count();
+    auto opts = test_options("k");
+    simba::pg::ContendServiceFactory factory("", opts);
+    constexpr int kMutexes = 200, kPerMutex = 5;
+    std::vector<std::shared_ptr<Recorder>> contenders;
+    std::vector<std::unique_ptr<MutexContendService>> services;
+    const auto prefix = unique_name("k");
+    for (int i = 0; i < kMutexes; ++i)
+        for (int j = 0; j < kPerMutex; ++j) {
+            auto c = std::make_shared<Recorder>(prefix + "-" + std::to_string(i),
+                                                "c" + std::to_string(i) + "-" + std::to_string(j));
+            services.push_back(factory.create(c, lease(10000ms, 5000ms)));
+            contenders.push_back(std::move(c));
+        }
+    const auto t0 = SteadyClock::now();
+    for (auto& s : services) s->start();
+    auto owners = [&] {
+        int n = 0;
+        for (auto& s : services) n += s->is_owner();
+        return n;
+    };
+    ASSERT_TRUE(eventually([&] { return owners() == kMutexes; }, 60s)) << owners();
+    const auto started = duration_cast<milliseconds>(SteadyClock::now() - t0);
+    const int threads_during = thread_count();
+    const int backends = backends_with_app(*db, opts.application_name);
+    std::printf("1000 services: all %d mutexes owned after %lld ms; threads %d -> %d; backends %d\n", kMutexes,
+                static_cast<long long>(started.count()), threads_before, threads_during, backends);
+    EXPECT_EQ(backends, 2);
+    EXPECT_EQ(factory.connection_count(), 2);
+    EXPECT_LE(threads_during - threads_before, simba::pg::ContendServiceFactory::thread_count);
+    {
+        pqxx::nontransaction tx(*db);
+        auto held = tx.exec_params1(
+            "SELECT count(*) FROM simba_mutex WHERE mutex LIKE $1 AND owner_id IS NOT NULL "
+            "AND transition_at > clock_timestamp()",
+            prefix + "-%")[0].as<int>();
+        EXPECT_EQ(held, kMutexes);
+    }
+    // Exactly one owner per mutex, callbacks all on one thread, not ours.
+    std::set<std::thread::id> callback_threads;
+    for (auto& c : contenders)
+        for (auto& e : c->events()) callback_threads.insert(e.thread);
+    EXPECT_EQ(callback_threads.size(), 1u);
+    EXPECT_EQ(callback_threads.count(std::this_thread::get_id()), 0u);
+    const auto t1 = SteadyClock::now();
+    for (auto& s : services) s->stop();
+    std::printf("1000 services stopped in %lld ms\n",
+                static_cast<long long>(duration_cast<milliseconds>(SteadyClock::now() - t1).count()));
+    for (auto& c : contenders) EXPECT_EQ(c->acquired_count(), c->released_count());
+    pqxx::nontransaction tx(*db);
+    EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM simba_mutex WHERE mutex LIKE $1 AND owner_id IS NOT NULL",
+                              prefix + "-%")[0]
+                  .as<int>(),
+              0);
+}
+
+// ----------------------------------------------------------------- errors
+
+TEST(Errors, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
+    // An unreachable server: any round trip would fail differently.
+    simba::pg::FactoryOptions o;
+    o.application_name = "simba-errors";
+    simba::pg::ContendServiceFactory factory("host=/nonexistent-simba-dir", o);
+    auto c = std::make_shared<simba::MutexContender>("m", "me");
+    ContendOptions bad;
+    bad.ttl = 0ms;
+    try {
+        (void)factory.create(c, bad);
+        FAIL() << "no error";
+    } catch (const simba::InvalidArgumentError& e) {
+        EXPECT_STREQ(e.what(), "ttl must be positive");
+        EXPECT_EQ(e.sqlstate(), "22023");
+    }
+    bad.ttl = 1000ms;
+    bad.transition = -1ms;
+    EXPECT_THROW((void)factory.create(c, bad), simba::InvalidArgumentError);
+    EXPECT_THROW(simba::Locker(factory, "", "me"), simba::InvalidArgumentError);
+    EXPECT_FALSE(factory.connected());
+}
+
+TEST(Errors, ServerErrorsAreLoggedWithTheirSqlstateAndFenceErrorsMap) {
+    LogCapture logs;
+    auto db = admin();
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec0("DROP ROLE IF EXISTS regress_simba_nogrant");
+        tx.exec0("CREATE ROLE regress_simba_nogrant LOGIN");
+    }
+    const auto m = unique_name("errors");
+    {
+        simba::pg::ContendServiceFactory factory("user=regress_simba_nogrant", test_options("nogrant"));
+        auto c = std::make_shared<Recorder>(m, "X");
+        auto s = factory.create(c, lease(1000ms, 500ms));
+        s->start();
+        ASSERT_TRUE(eventually([&] { return logs.count_containing("42501") >= 1; }, 10s));
+        EXPECT_FALSE(s->is_owner());
+        EXPECT_TRUE(factory.connected());  // a statement error is not a lost connection
+        s->stop();
+        EXPECT_EQ(c->events().size(), 0u);
+    }
+    // Transactional fencing with the fence a service hands out.
+    simba::pg::ContendServiceFactory factory("", test_options("fence"));
+    auto c = std::make_shared<Recorder>(m, "F");
+    auto s = factory.create(c, lease(1000ms, 500ms));
+    s->start();
+    ASSERT_TRUE(c->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto first_fence = s->fence();
+    s->stop();
+    s->start();  // a second tenure: a new, greater fence
+    ASSERT_TRUE(c->wait([](auto& ev) { return ev.size() == 3; }, 10s));
+    const auto fence = s->fence();
+    EXPECT_EQ(fence, first_fence + 1);
+    {
+        pqxx::work tx(*db);
+        EXPECT_NO_THROW(tx.exec_params("SELECT simba_fence_check($1, 'F', $2)", m, fence));
+        tx.commit();
+    }
+    auto check = [&](const std::string& id, std::int64_t f) {
+        try {
+            pqxx::work tx(*db);
+            tx.exec_params("SELECT simba_fence_check($1, $2, $3)", m, id, f);
+            tx.commit();
+        } catch (const pqxx::sql_error& e) {
+            simba::throw_sqlstate(e.sqlstate(), e.what());
+        }
+    };
+    EXPECT_THROW(check("F", fence - 1), simba::StaleFenceError);
+    EXPECT_THROW(check("other", fence), simba::NotOwnerError);
+    s->stop();
+    EXPECT_THROW(check("F", fence), simba::FenceError);
+    pqxx::nontransaction tx(*db);
+    tx.exec0("DROP ROLE IF EXISTS regress_simba_nogrant");
+}
+
+// ---------------------------------------------------------- server restart
+
+namespace {
+int pg_ctl(const std::string& args) {
+    const char* bin = std::getenv("SIMBA_PG_BIN");
+    const char* data = std::getenv("SIMBA_PGDATA");
+    std::string cmd = std::string(bin) + "/pg_ctl -D '" + data + "' " + args + " >/dev/null 2>&1";
+    if (::geteuid() == 0) cmd = "runuser -u postgres -- " + cmd;
+    return std::system(cmd.c_str());
+}
+}  // namespace
+
+TEST(ServerRestart, OwnerReleasedByTheDeadlineThenReacquiredWithAGreaterFence) {
+    if (!std::getenv("SIMBA_PGDATA") || !std::getenv("SIMBA_PG_BIN"))
+        GTEST_SKIP() << "needs test/with-cluster.sh (SIMBA_PGDATA, SIMBA_PG_BIN)";
+    LogCapture logs;
+    admin();
+    auto opts = test_options("restart");
+    simba::pg::ContendServiceFactory factory("", opts);
+    const auto m = unique_name("restart");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(600ms, 400ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto fence1 = sa->fence();
+    const auto lease_end = a->events()[0].state.after.transition_deadline();
+
+    const auto down = SteadyClock::now();
+    ASSERT_EQ(pg_ctl("-m fast -w stop"), 0);
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
+    const auto released = a->events()[1];
+    EXPECT_FALSE(released.acquired);
+    EXPECT_FALSE(sa->is_owner());
+    // Released by the lease deadline of the last renewal, not later.
+    EXPECT_LE(released.at, released.state.before.transition_deadline() + 50ms);
+    EXPECT_GE(released.at, lease_end - 1000ms);
+    std::printf("server down: on_released %lld ms after the stop began\n",
+                static_cast<long long>(duration_cast<milliseconds>(released.at - down).count()));
+
+    ASSERT_EQ(pg_ctl("-l \"$SIMBA_PGDATA/../server.log\" -w start"), 0);
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 20s));
+    const auto again = a->events()[2];
+    EXPECT_TRUE(again.acquired);
+    EXPECT_GT(again.state.after.fence, fence1);  // fences survive the restart, never reused
+    EXPECT_TRUE(sa->is_owner());
+    EXPECT_GE(factory.connects(), 2u);
+    EXPECT_GE(logs.count_containing("connect failed"), 1);
+    sa->stop();
+}

@@ -1,0 +1,116 @@
+#include "pg_support.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+
+namespace simba_test {
+
+std::unique_ptr<pqxx::connection> admin(const std::string& conninfo) {
+    auto c = std::make_unique<pqxx::connection>(conninfo);
+    pqxx::nontransaction tx(*c);
+    tx.exec0("CREATE EXTENSION IF NOT EXISTS simba");
+    return c;
+}
+
+std::string unique_name(const std::string& prefix) {
+    static std::atomic<int> n{0};
+    return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n.fetch_add(1));
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    auto deadline = SteadyClock::now() + timeout;
+    while (!pred()) {
+        if (SteadyClock::now() >= deadline) return pred();
+        std::this_thread::sleep_for(2ms);
+    }
+    return true;
+}
+
+int backends_with_app(pqxx::connection& c, const std::string& app) {
+    pqxx::nontransaction tx(c);
+    return tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app)[0].as<int>();
+}
+
+int thread_count() {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (auto* e = ::readdir(d))
+            if (e->d_name[0] != '.') ++n;
+        ::closedir(d);
+    }
+    return n;
+}
+
+simba::pg::FactoryOptions test_options(const std::string& app_prefix) {
+    simba::pg::FactoryOptions o;
+    o.application_name = unique_name("simba-" + app_prefix);
+    o.reconnect_initial = 50ms;
+    o.reconnect_max = 200ms;
+    return o;
+}
+
+void Recorder::on_acquired(const simba::MutexState& s) { record(true, s); }
+void Recorder::on_released(const simba::MutexState& s) { record(false, s); }
+
+void Recorder::record(bool acquired, const simba::MutexState& s) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        events_.push_back(Event{acquired, s, SteadyClock::now(), std::this_thread::get_id()});
+    }
+    if (hook) hook(acquired, s);
+    cv_.notify_all();
+}
+
+std::vector<Recorder::Event> Recorder::events() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return events_;
+}
+
+int Recorder::acquired_count() const {
+    int n = 0;
+    for (auto& e : events()) n += e.acquired;
+    return n;
+}
+
+int Recorder::released_count() const {
+    int n = 0;
+    for (auto& e : events()) n += !e.acquired;
+    return n;
+}
+
+bool Recorder::wait(const std::function<bool(const std::vector<Event>&)>& pred, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(m_);
+    return cv_.wait_for(lock, timeout, [&] { return pred(events_); });
+}
+
+LogCapture::LogCapture() {
+    previous_ = simba::set_log_handler([this](simba::LogLevel l, const std::string& msg) {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            msgs_.emplace_back(l, msg);
+        }
+        if (l >= simba::LogLevel::info || std::getenv("SIMBA_TEST_DEBUG")) std::fprintf(stderr, "[simba %s] %s\n", simba::to_string(l), msg.c_str());
+    });
+}
+
+LogCapture::~LogCapture() { simba::set_log_handler(previous_); }
+
+std::vector<std::string> LogCapture::messages(simba::LogLevel min) const {
+    std::lock_guard<std::mutex> lock(m_);
+    std::vector<std::string> out;
+    for (auto& [l, s] : msgs_)
+        if (l >= min) out.push_back(s);
+    return out;
+}
+
+int LogCapture::count_containing(const std::string& needle) const {
+    std::lock_guard<std::mutex> lock(m_);
+    int n = 0;
+    for (auto& [l, s] : msgs_) n += s.find(needle) != std::string::npos;
+    return n;
+}
+
+}  // namespace simba_test

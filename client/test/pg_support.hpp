@@ -1,0 +1,83 @@
+// Helpers for the tests that run against a real PostgreSQL (test/pg-run.sh).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/simba.hpp"
+
+namespace simba_test {
+
+using namespace std::chrono_literals;
+using simba::SteadyClock;
+
+/// A superuser connection from libpq's environment, with the extension created.
+std::unique_ptr<pqxx::connection> admin(const std::string& conninfo = {});
+
+/// A name unique to this process and call: prefix-<pid>-<n>.
+std::string unique_name(const std::string& prefix);
+
+/// Polls `pred` every 2 ms until it holds or `timeout` passes; returns pred().
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+/// Backends of the server whose application_name is `app`.
+int backends_with_app(pqxx::connection& c, const std::string& app);
+
+/// Threads of this process (/proc/self/task).
+int thread_count();
+
+/// Factory options for tests: a unique application_name, fast reconnects.
+simba::pg::FactoryOptions test_options(const std::string& app_prefix);
+
+/// A contender recording its callbacks.
+class Recorder : public simba::MutexContender {
+public:
+    using MutexContender::MutexContender;
+    struct Event {
+        bool acquired;
+        simba::MutexState state;
+        SteadyClock::time_point at;
+        std::thread::id thread;
+    };
+    void on_acquired(const simba::MutexState& s) override;
+    void on_released(const simba::MutexState& s) override;
+
+    std::vector<Event> events() const;
+    int acquired_count() const;
+    int released_count() const;
+    /// Waits until `pred(events)` holds.
+    bool wait(const std::function<bool(const std::vector<Event>&)>& pred, std::chrono::milliseconds timeout);
+
+    /// Optional hook run inside the callback, after recording.
+    std::function<void(bool acquired, const simba::MutexState&)> hook;
+
+private:
+    void record(bool acquired, const simba::MutexState& s);
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    std::vector<Event> events_;
+};
+
+/// Collects log messages for the duration of a test.
+class LogCapture {
+public:
+    LogCapture();
+    ~LogCapture();
+    std::vector<std::string> messages(simba::LogLevel min = simba::LogLevel::warning) const;
+    int count_containing(const std::string& needle) const;
+
+private:
+    mutable std::mutex m_;
+    std::vector<std::pair<simba::LogLevel, std::string>> msgs_;
+    simba::LogHandler previous_;
+};
+
+}  // namespace simba_test
