@@ -13,10 +13,8 @@ if [ "${1:-}" != --suites ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2
   $sudo make -s install >/dev/null
-  if [ -f client/CMakeLists.txt ]; then
-    cmake -S client -B build/client -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build build/client -j2
-  fi
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j2
   exec test/with-cluster.sh "$0" --suites
 fi
 
@@ -47,14 +45,14 @@ for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done
 
-# C++ client (unit, integration, examples)
-if [ -d build/client ]; then
+# C++: client (unit, integration, examples), TCK, SQL fuzzer
+if [ -d build ]; then
   log=$(mktemp)
-  ctest --test-dir build/client --output-on-failure --timeout 300 2>&1 | tee "$log" || true
+  ctest --test-dir build --output-on-failure --timeout 300 2>&1 | tee "$log" || true
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || echo "0 tests failed out of 1")
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   nbad=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
-  tally client $((total - nbad)) "$nbad"
+  tally ctest $((total - nbad)) "$nbad"
   rm -f "$log"
 fi
 
