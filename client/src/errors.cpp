@@ -13,9 +13,6 @@ void throw_sqlstate(const std::string& sqlstate, const std::string& message) {
     throw ServerError(message, sqlstate);
 }
 
-namespace {
-
-// Characters as the server counts them in a UTF-8 database: code points.
 std::size_t utf8_length(const std::string& s) {
     std::size_t n = 0;
     for (unsigned char c : s)
@@ -30,8 +27,6 @@ void validate_name(const std::string& value, const char* what) {
             std::string(what) + " must be at most " + std::to_string(max_name_length) + " characters",
             "22023");
 }
-
-}  // namespace
 
 void validate_mutex(const std::string& mutex) { validate_name(mutex, "mutex"); }
 void validate_contender_id(const std::string& contender_id) { validate_name(contender_id, "contender_id"); }

@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "simba/factory.hpp"
 #include "simba/log.hpp"
@@ -285,7 +286,7 @@ using ServicePtr = std::shared_ptr<ServiceCore>;
 
 // ------------------------------------------------------------------ core
 
-struct ContendServiceFactory::Core {
+struct ContendServiceFactory::Core final : detail::Io {
     Core(std::string user_conninfo, FactoryOptions o)
         : options(std::move(o)), conninfo(build_conninfo(user_conninfo, options)) {
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -295,7 +296,7 @@ struct ContendServiceFactory::Core {
         io = std::thread([this] { io_main(); });
     }
 
-    ~Core() {
+    ~Core() override {
         shutdown();
         if (wake_fd >= 0) ::close(wake_fd);
     }
@@ -439,7 +440,81 @@ struct ContendServiceFactory::Core {
         return true;
     }
 
+    // ------------------------------------------- detail::Io (the semaphore)
+
+    bool run(std::function<void(pqxx::connection&)> fn,
+             std::function<void(std::exception_ptr)> failed) override {
+        return post_io([this, fn = std::move(fn), failed = std::move(failed)] {
+            if (!up) {
+                failed(std::make_exception_ptr(ConnectionError("not connected to the server", "08006")));
+                return;
+            }
+            try {
+                fn(*stmt);
+            } catch (const std::exception& e) {
+                const bool lost = statement_failed(e, "statement");
+                failed(as_simba_error(e, lost));
+            }
+        });
+    }
+
+    bool wait_connected(SteadyClock::time_point until) override {
+        std::unique_lock<std::mutex> lock(state_m);
+        return state_cv.wait_until(lock, until, [&] { return up_flag; });
+    }
+
+    bool run_at(SteadyClock::time_point at, std::function<void()> fn) override {
+        return post_io([this, at, fn = std::move(fn)]() mutable {
+            tasks.push(Task{at, task_seq++, std::move(fn)});
+        });
+    }
+
+    bool handle(std::function<void()> fn) override { return executor.post(std::move(fn)); }
+    bool handle_at(SteadyClock::time_point at, std::function<void()> fn) override {
+        return executor.post_at(at, std::move(fn));
+    }
+
+    std::uint64_t notifications(const std::string& name) override {
+        std::lock_guard<std::mutex> lock(notify_m);
+        return notify_counts[name];  // registers interest in `name`
+    }
+
+    bool wait_notification(const std::string& name, std::uint64_t seen,
+                           SteadyClock::time_point until) override {
+        std::unique_lock<std::mutex> lock(notify_m);
+        return notify_cv.wait_until(lock, until, [&] { return notify_counts[name] != seen; });
+    }
+
+    /// A library error for a failed statement, with the server's SQLSTATE.
+    static std::exception_ptr as_simba_error(const std::exception& e, bool lost) {
+        if (dynamic_cast<const Error*>(&e)) return std::current_exception();
+        std::string msg = e.what();
+        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        if (lost) return std::make_exception_ptr(ConnectionError(msg, "08006"));
+        try {
+            throw_sqlstate(sqlstate_of(e), msg);
+        } catch (...) {
+            return std::current_exception();
+        }
+    }
+
     // ------------------------------------------------------------ I/O thread
+
+    /// A task the I/O thread runs at a time (semaphore permit refreshes).
+    struct Task {
+        SteadyClock::time_point at;
+        std::uint64_t seq;
+        std::function<void()> fn;
+        bool operator>(const Task& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+    };
+
+    void run_due_tasks() {
+        while (!tasks.empty() && tasks.top().at <= SteadyClock::now()) {
+            auto fn = std::move(const_cast<Task&>(tasks.top()).fn);
+            tasks.pop();
+            fn();
+        }
+    }
 
     struct Timer {
         SteadyClock::time_point at;
@@ -659,6 +734,15 @@ struct ContendServiceFactory::Core {
             notified.clear();
             return;
         }
+        {
+            // Counted only for names someone asked about (the semaphore).
+            std::lock_guard<std::mutex> lock(notify_m);
+            for (auto& name : notified) {
+                auto it = notify_counts.find(name);
+                if (it != notify_counts.end()) ++it->second;
+            }
+        }
+        notify_cv.notify_all();
         auto now = SteadyClock::now();
         for (auto& name : notified) {
             auto it = by_mutex.find(name);
@@ -680,6 +764,7 @@ struct ContendServiceFactory::Core {
                 std::lock_guard<std::mutex> lock(cmd_m);
                 if (quit) break;
             }
+            run_due_tasks();
             auto now = SteadyClock::now();
             if (!up && now >= next_connect) {
                 connect();
@@ -704,6 +789,7 @@ struct ContendServiceFactory::Core {
             SteadyClock::time_point until = now + std::chrono::seconds(1);
             if (up && !timers.empty()) until = std::min(until, timers.top().at);
             if (!up) until = std::min(until, next_connect);
+            if (!tasks.empty()) until = std::min(until, tasks.top().at);
             auto wait = duration_cast<milliseconds>(until - now);
             if (until > now && wait.count() == 0) wait = milliseconds(1);
             poll_once(std::max<std::int64_t>(0, wait.count()));
@@ -768,6 +854,13 @@ struct ContendServiceFactory::Core {
     std::uint64_t timer_seq = 0;
     std::set<ServicePtr> services;
     std::unordered_map<std::string, std::set<ServicePtr>> by_mutex;
+    std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks;
+    std::uint64_t task_seq = 0;
+
+    // NOTIFY counts per name of interest (detail::Io::notifications).
+    std::mutex notify_m;
+    std::condition_variable notify_cv;
+    std::unordered_map<std::string, std::uint64_t> notify_counts;
 
     std::thread io;  // last: starts after the members above exist
 };
@@ -862,6 +955,8 @@ std::unique_ptr<MutexContendService> ContendServiceFactory::create(std::shared_p
     return std::make_unique<PgService>(core_, std::move(contender), options);
 }
 
+std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) { return factory.core_; }
+
 int ContendServiceFactory::connection_count() const { return core_->open_connections.load(); }
 
 bool ContendServiceFactory::connected() const {
@@ -870,8 +965,7 @@ bool ContendServiceFactory::connected() const {
 }
 
 bool ContendServiceFactory::wait_connected(std::chrono::milliseconds timeout) const {
-    std::unique_lock<std::mutex> lock(core_->state_m);
-    return core_->state_cv.wait_for(lock, timeout, [&] { return core_->up_flag; });
+    return core_->wait_connected(SteadyClock::now() + timeout);
 }
 
 std::uint64_t ContendServiceFactory::connects() const { return core_->connects.load(); }

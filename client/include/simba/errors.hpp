@@ -92,7 +92,15 @@ void validate_contender_id(const std::string& contender_id);
 void validate_ttl(std::chrono::microseconds ttl);
 void validate_transition(std::chrono::microseconds transition);
 
-/// Longest mutex / contender id, in characters (UTF-8 code points).
+/// Checks a name the server limits the same way (mutex, contender_id, key,
+/// holder): not empty, at most max_name_length characters.
+void validate_name(const std::string& value, const char* what);
+/// Characters as the server counts them in a UTF-8 database: code points.
+std::size_t utf8_length(const std::string& s);
+
+/// Longest mutex / contender id / semaphore key / holder, in characters (UTF-8 code points).
 inline constexpr std::size_t max_name_length = 256;
+/// Longest semaphore permit context, in characters.
+inline constexpr std::size_t max_context_length = 256;
 
 }  // namespace simba

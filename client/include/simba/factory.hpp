@@ -25,6 +25,12 @@ public:
 
 namespace pg {
 
+class ContendServiceFactory;
+namespace detail {
+class Io;
+std::shared_ptr<Io> io_of(ContendServiceFactory& factory);
+}  // namespace detail
+
 struct FactoryOptions {
     /// Sent as application_name on both connections (unless the connection
     /// string sets one); lets operators and tests find them in pg_stat_activity.
@@ -85,6 +91,7 @@ public:
     struct Core;
 
 private:
+    friend std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory);
     std::shared_ptr<Core> core_;
 };
 

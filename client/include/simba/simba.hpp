@@ -10,4 +10,5 @@
 #include "simba/log.hpp"
 #include "simba/owner.hpp"
 #include "simba/scheduler.hpp"
+#include "simba/semaphore.hpp"
 #include "simba/service.hpp"

@@ -1,0 +1,105 @@
+// simba client: Semaphore, a counting semaphore with leased, fenced permits.
+//
+//   simba::Semaphore workers(factory);                  // holder: ContenderId::host()
+//   auto permit = workers.acquire("worker-foo", 20, 30s, 5min);  // at most 20 across the cluster
+//   permit.on_lost([] { stop_working(); });
+//   do_work(permit.fence());
+//   // the destructor releases the permit
+//
+// A permit is a lease: the factory's I/O thread refreshes it every third of
+// its ttl. If refreshing fails (the server says it expired or was taken
+// over, or the connection stays down until the lease ends), lost() turns
+// true and on_lost runs on the factory's handle thread, no later than the
+// lease deadline (send time of the last successful grant/refresh + ttl).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "simba/contender_id.hpp"
+#include "simba/factory.hpp"
+
+namespace simba {
+
+/// A granted permit. Move-only; releases itself when destroyed.
+class Permit {
+public:
+    Permit(Permit&&) noexcept = default;
+    Permit& operator=(Permit&& other) noexcept;
+    Permit(const Permit&) = delete;
+    Permit& operator=(const Permit&) = delete;
+    /// Releases the permit if it is still held (errors are logged).
+    ~Permit();
+
+    [[nodiscard]] const std::string& key() const noexcept;
+    /// The slot the permit occupies, 0 .. permits-1 (or higher after the limit was lowered).
+    [[nodiscard]] int slot() const noexcept;
+    /// The random token that proves the permit (simba_semaphore_* functions).
+    [[nodiscard]] const std::string& token() const noexcept;
+    /// Fencing token: strictly increases across grants of the key.
+    [[nodiscard]] std::int64_t fence() const noexcept;
+
+    /// True once the permit is gone: released, expired, taken over, or past
+    /// its lease deadline without a successful refresh.
+    [[nodiscard]] bool lost() const;
+    /// Gives the permit back now (NOTIFY wakes waiters). True if it was still
+    /// live on the server; false if it had already been lost. Idempotent.
+    bool release();
+    /// Runs `callback` once, on the factory's handle thread, when the permit
+    /// is lost other than by release(); at once if it already was.
+    void on_lost(std::function<void()> callback);
+
+    struct State;
+
+private:
+    friend class Semaphore;
+    explicit Permit(std::shared_ptr<State> state) : state_(std::move(state)) {}
+    std::shared_ptr<State> state_;
+};
+
+struct SemaphoreOptions {
+    /// Backstop poll while acquire() waits: NOTIFY wakes it sooner, but is
+    /// lost while the LISTEN connection is down.
+    std::chrono::milliseconds poll_interval{1000};
+    /// How long try_acquire() waits for the factory to (re)connect before it
+    /// throws ConnectionError (a new factory connects in the background).
+    std::chrono::milliseconds connect_wait{5000};
+};
+
+class Semaphore {
+public:
+    /// Uses `factory`'s two connections and threads; the factory must outlive
+    /// the semaphore and its permits. `holder` names this process in
+    /// simba_semaphore_status.
+    explicit Semaphore(pg::ContendServiceFactory& factory, std::string holder = ContenderId::host(),
+                       SemaphoreOptions options = {});
+
+    /// One attempt: a permit if fewer than `permits` of `key` are live, else
+    /// nullopt. Throws InvalidArgumentError for bad arguments (before any
+    /// round trip), ConnectionError when the factory is not connected within
+    /// connect_wait, and the server's errors as simba::Error subclasses.
+    [[nodiscard]] std::optional<Permit> try_acquire(const std::string& key, int permits,
+                                                    std::chrono::milliseconds ttl,
+                                                    const std::string& context = {});
+    /// Waits up to `timeout` for a permit: retries when a permit of `key` is
+    /// released (NOTIFY) and every poll_interval. Throws TimeoutError when
+    /// none was granted in time (connection errors are retried until then).
+    [[nodiscard]] Permit acquire(const std::string& key, int permits, std::chrono::milliseconds ttl,
+                                 std::chrono::milliseconds timeout, const std::string& context = {});
+
+    [[nodiscard]] const std::string& holder() const noexcept { return holder_; }
+
+    /// Largest `permits` argument the server accepts.
+    static constexpr int max_permits = 10000;
+
+private:
+    std::shared_ptr<pg::detail::Io> io_;
+    std::string holder_;
+    SemaphoreOptions options_;
+};
+
+}  // namespace simba

@@ -1,0 +1,51 @@
+// simba client (internal): what a PostgreSQL factory's threads offer to the
+// other users of its two connections besides the contend services — today
+// the Semaphore. Not installed: pqxx types stay out of the public headers.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <pqxx/pqxx>
+#include <string>
+
+#include "simba/owner.hpp"
+
+namespace simba::pg {
+class ContendServiceFactory;
+}
+
+namespace simba::pg::detail {
+
+class Io {
+public:
+    virtual ~Io() = default;
+
+    /// Runs `fn` with the statement connection on the I/O thread. If the
+    /// factory is disconnected, or `fn` throws, `failed` gets the error (a
+    /// simba::Error; a lost connection is also handled: logged, reconnect).
+    /// Returns false, running nothing, once the factory is shutting down.
+    virtual bool run(std::function<void(pqxx::connection&)> fn,
+                     std::function<void(std::exception_ptr)> failed) = 0;
+    /// Waits until both connections are up, or `until`; returns whether they are.
+    virtual bool wait_connected(SteadyClock::time_point until) = 0;
+    /// Runs `fn` on the I/O thread at `at` (not before).
+    virtual bool run_at(SteadyClock::time_point at, std::function<void()> fn) = 0;
+    /// Runs `fn` on the handle thread, where callbacks run: now, or at `at`.
+    virtual bool handle(std::function<void()> fn) = 0;
+    virtual bool handle_at(SteadyClock::time_point at, std::function<void()> fn) = 0;
+
+    /// How many `NOTIFY simba, name` the factory has received so far.
+    virtual std::uint64_t notifications(const std::string& name) = 0;
+    /// Waits until notifications(name) differs from `seen`, or `until`.
+    /// Returns true if a notification arrived.
+    virtual bool wait_notification(const std::string& name, std::uint64_t seen,
+                                   SteadyClock::time_point until) = 0;
+};
+
+/// The I/O channel of a PostgreSQL factory (shared: outlives the factory's
+/// handle on it for as long as a user keeps it).
+std::shared_ptr<Io> io_of(ContendServiceFactory& factory);
+
+}  // namespace simba::pg::detail

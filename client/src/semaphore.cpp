@@ -1,0 +1,249 @@
+// simba client: Semaphore and Permit (see semaphore.hpp).
+//
+// Statements run on the factory's I/O thread with its statement connection
+// (detail::Io::run); the caller of try_acquire waits on a future. A permit's
+// refreshes are I/O-thread tasks, its lease watchdog a handle-thread task, so
+// a blocked statement cannot keep lost() false past the deadline.
+//
+// Locking: State::m guards deadline, lost, released and on_lost; no lock is
+// held while a callback or a statement runs.
+#include "simba/semaphore.hpp"
+
+#include <future>
+#include <mutex>
+
+#include "pg_io.hpp"
+#include "simba/errors.hpp"
+#include "simba/log.hpp"
+
+namespace simba {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+struct Permit::State {
+    std::shared_ptr<pg::detail::Io> io;
+    std::string key;
+    std::string token;
+    int slot = 0;
+    std::int64_t fence = 0;
+    microseconds ttl{0};
+
+    std::mutex m;
+    SteadyClock::time_point deadline{};
+    bool lost = false;
+    bool released = false;
+    std::function<void()> on_lost;
+
+    bool live_locked() const { return !lost && !released && SteadyClock::now() < deadline; }
+
+    /// Marks the permit lost (once) and schedules on_lost.
+    static void lose(const std::shared_ptr<State>& s, const std::string& why) {
+        std::function<void()> cb;
+        {
+            std::lock_guard<std::mutex> lock(s->m);
+            if (s->lost || s->released) return;
+            s->lost = true;
+            cb = std::move(s->on_lost);
+        }
+        log(LogLevel::warning, "permit " + std::to_string(s->slot) + " of key " + s->key + " lost: " + why);
+        if (cb) s->io->handle(std::move(cb));
+    }
+
+    /// Lease watchdog on the handle thread for the deadline just set.
+    static void watch(const std::shared_ptr<State>& s, SteadyClock::time_point at) {
+        std::weak_ptr<State> weak = s;
+        s->io->handle_at(at, [weak] {
+            auto st = weak.lock();
+            if (!st) return;
+            bool expired;
+            {
+                std::lock_guard<std::mutex> lock(st->m);
+                expired = SteadyClock::now() >= st->deadline;
+            }
+            if (expired) lose(st, "its lease ended without a refresh");
+        });
+    }
+
+    /// Next refresh a third of the ttl after `from` (the last grant/refresh).
+    static void schedule_refresh(const std::shared_ptr<State>& s, SteadyClock::time_point at) {
+        std::weak_ptr<State> weak = s;
+        s->io->run_at(at, [weak] {
+            if (auto st = weak.lock()) refresh(st);
+        });
+    }
+
+    static void refresh(const std::shared_ptr<State>& s) {
+        {
+            std::lock_guard<std::mutex> lock(s->m);
+            if (s->lost || s->released) return;
+        }
+        std::weak_ptr<State> weak = s;
+        const auto sent = SteadyClock::now();
+        s->io->run(
+            [weak, sent](pqxx::connection& c) {
+                auto st = weak.lock();
+                if (!st) return;
+                pqxx::nontransaction tx(c);
+                bool ok = tx.exec_params1("SELECT simba_semaphore_refresh($1, $2::uuid, $3::int8 * interval '1 microsecond')",
+                                          st->key, st->token, static_cast<std::int64_t>(st->ttl.count()))[0]
+                              .as<bool>();
+                if (!ok) {
+                    lose(st, "the server says it expired or was taken over");
+                    return;
+                }
+                {
+                    std::lock_guard<std::mutex> lock(st->m);
+                    st->deadline = sent + st->ttl;
+                }
+                watch(st, sent + st->ttl);
+                schedule_refresh(st, sent + st->ttl / 3);
+            },
+            [weak](std::exception_ptr) {
+                // Logged by the factory. Retry soon; the watchdog ends the
+                // permit at its deadline if no retry gets through.
+                auto st = weak.lock();
+                if (!st) return;
+                auto retry = std::min<SteadyClock::duration>(st->ttl / 6, milliseconds(500));
+                schedule_refresh(st, SteadyClock::now() + retry);
+            });
+    }
+};
+
+namespace {
+
+/// Runs `fn` on the factory's I/O thread and waits for it; rethrows its error.
+template <typename T>
+T call(pg::detail::Io& io, std::function<T(pqxx::connection&)> fn) {
+    auto done = std::make_shared<std::promise<T>>();
+    auto result = done->get_future();
+    bool queued = io.run([done, fn](pqxx::connection& c) { done->set_value(fn(c)); },
+                         [done](std::exception_ptr e) { done->set_exception(e); });
+    if (!queued) throw IllegalStateError("the factory of this semaphore has shut down");
+    return result.get();
+}
+
+void validate_acquire(const std::string& key, const std::string& holder, int permits, milliseconds ttl,
+                      const std::string& context) {
+    validate_name(key, "key");
+    validate_name(holder, "holder");
+    if (permits < 1 || permits > Semaphore::max_permits)
+        throw InvalidArgumentError("permits must be between 1 and " + std::to_string(Semaphore::max_permits),
+                                   "22023");
+    validate_ttl(ttl);
+    if (utf8_length(context) > max_context_length)
+        throw InvalidArgumentError("context must be at most " + std::to_string(max_context_length) + " characters",
+                                   "22023");
+}
+
+}  // namespace
+
+Permit& Permit::operator=(Permit&& other) noexcept {
+    if (this != &other) {
+        release();
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+
+Permit::~Permit() { release(); }
+
+const std::string& Permit::key() const noexcept { return state_->key; }
+int Permit::slot() const noexcept { return state_->slot; }
+const std::string& Permit::token() const noexcept { return state_->token; }
+std::int64_t Permit::fence() const noexcept { return state_->fence; }
+
+bool Permit::lost() const {
+    std::lock_guard<std::mutex> lock(state_->m);
+    return !state_->live_locked();
+}
+
+bool Permit::release() {
+    if (!state_) return false;  // moved from
+    {
+        std::lock_guard<std::mutex> lock(state_->m);
+        if (state_->released) return false;
+        state_->released = true;
+        state_->on_lost = nullptr;
+        if (state_->lost) return false;
+    }
+    auto st = state_;
+    try {
+        return call<bool>(*st->io, [st](pqxx::connection& c) {
+            pqxx::nontransaction tx(c);
+            return tx.exec_params1("SELECT simba_semaphore_release($1, $2::uuid)", st->key, st->token)[0].as<bool>();
+        });
+    } catch (const std::exception& e) {
+        // The lease lapses on the server by itself.
+        log(LogLevel::error, "release of permit of key " + st->key + " failed: " + e.what());
+        return false;
+    }
+}
+
+void Permit::on_lost(std::function<void()> callback) {
+    bool now;
+    {
+        std::lock_guard<std::mutex> lock(state_->m);
+        now = state_->lost || (!state_->released && SteadyClock::now() >= state_->deadline);
+        if (!now) state_->on_lost = std::move(callback);
+    }
+    if (now && callback) state_->io->handle(std::move(callback));
+}
+
+Semaphore::Semaphore(pg::ContendServiceFactory& factory, std::string holder, SemaphoreOptions options)
+    : io_(pg::detail::io_of(factory)), holder_(std::move(holder)), options_(options) {
+    validate_name(holder_, "holder");
+}
+
+std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits, milliseconds ttl,
+                                             const std::string& context) {
+    validate_acquire(key, holder_, permits, ttl, context);
+    io_->wait_connected(SteadyClock::now() + options_.connect_wait);  // run() says if it is not
+    auto st = std::make_shared<Permit::State>();
+    st->io = io_;
+    st->key = key;
+    st->ttl = ttl;
+    const auto sent = SteadyClock::now();
+    const std::string& holder = holder_;
+    bool granted = call<bool>(*io_, [&](pqxx::connection& c) {
+        pqxx::nontransaction tx(c);
+        auto row = tx.exec_params1(
+            "SELECT slot, token::text, fence FROM simba_semaphore_acquire($1, $2, $3,"
+            " $4::int8 * interval '1 microsecond', NULLIF($5, ''))",
+            key, holder, permits, static_cast<std::int64_t>(microseconds(ttl).count()), context);
+        if (row[1].is_null()) return false;
+        st->slot = row[0].as<int>();
+        st->token = row[1].as<std::string>();
+        st->fence = row[2].as<std::int64_t>();
+        return true;
+    });
+    if (!granted) return std::nullopt;
+    // The server's expiry is its clock at the grant + ttl, and its clock read
+    // the request after we sent it: sent + ttl never outlives the permit.
+    st->deadline = sent + st->ttl;
+    Permit::State::watch(st, st->deadline);
+    Permit::State::schedule_refresh(st, sent + st->ttl / 3);
+    return Permit(std::move(st));
+}
+
+Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl, milliseconds timeout,
+                          const std::string& context) {
+    validate_acquire(key, holder_, permits, ttl, context);
+    const auto deadline = SteadyClock::now() + timeout;
+    for (;;) {
+        // Read the NOTIFY count before trying, so a release between the
+        // attempt and the wait still wakes us.
+        const auto seen = io_->notifications(key);
+        try {
+            if (auto permit = try_acquire(key, permits, ttl, context)) return std::move(*permit);
+        } catch (const ConnectionError&) {
+            // Retried below until the timeout; the factory reconnects.
+        }
+        const auto now = SteadyClock::now();
+        if (now >= deadline)
+            throw TimeoutError("no permit of key " + key + " within " + std::to_string(timeout.count()) + " ms");
+        io_->wait_notification(key, seen, std::min(deadline, now + options_.poll_interval));
+    }
+}
+
+}  // namespace simba

@@ -1,0 +1,265 @@
+// Semaphore and Permit against the throwaway cluster (test/pg-run.sh), plus
+// database-semaphore's own concurrency test at full strength on the SQL API.
+#include <atomic>
+#include <future>
+
+#include "pg_support.hpp"
+
+using namespace simba_test;
+using simba::Permit;
+using simba::Semaphore;
+
+namespace {
+
+/// Is the permit live on the server right now?
+bool live_on_server(pqxx::connection& c, const Permit& p) {
+    pqxx::nontransaction tx(c);
+    return tx.exec_params1(
+                 "SELECT count(*) = 1 FROM simba_semaphore_permit"
+                 " WHERE key = $1 AND token = $2::uuid AND expires_at > clock_timestamp()",
+                 p.key(), p.token())[0]
+        .as<bool>();
+}
+
+int live_count(pqxx::connection& c, const std::string& key) {
+    pqxx::nontransaction tx(c);
+    return tx.exec_params1("SELECT count(*) FROM simba_semaphore_status WHERE key = $1", key)[0].as<int>();
+}
+
+}  // namespace
+
+TEST(Semaphore, GrantsUpToPermitsWithIncreasingFences) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sem"));
+    Semaphore sem(factory, "worker-1");
+    const auto key = unique_name("sem");
+    std::vector<Permit> held;
+    for (int i = 0; i < 3; ++i) {
+        auto p = sem.try_acquire(key, 3, 10s, "job " + std::to_string(i));
+        ASSERT_TRUE(p) << "permit " << i;
+        if (!held.empty()) {
+            EXPECT_GT(p->fence(), held.back().fence());
+        }
+        EXPECT_EQ(p->token().size(), 36u);
+        held.push_back(std::move(*p));
+    }
+    EXPECT_FALSE(sem.try_acquire(key, 3, 10s)) << "a fourth permit of three";
+    EXPECT_EQ(live_count(*db, key), 3);
+    {
+        pqxx::nontransaction tx(*db);
+        auto r = tx.exec_params("SELECT holder, context FROM simba_semaphore_status WHERE key = $1 ORDER BY slot", key);
+        ASSERT_EQ(r.size(), 3u);
+        EXPECT_EQ(r[0][0].as<std::string>(), "worker-1");
+        EXPECT_EQ(r[2][1].as<std::string>(), "job 2");
+    }
+
+    EXPECT_TRUE(held[1].release());
+    EXPECT_FALSE(held[1].release()) << "release is idempotent";
+    EXPECT_TRUE(held[1].lost());
+    auto again = sem.try_acquire(key, 3, 10s);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->slot(), held[1].slot()) << "the freed slot is reused";
+    EXPECT_GT(again->fence(), held[2].fence());
+
+    held.clear();  // destructors release
+    again.reset();
+    EXPECT_EQ(live_count(*db, key), 0);
+}
+
+TEST(Semaphore, AutoRefreshKeepsThePermitPastSeveralTtls) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("semrefresh"));
+    Semaphore sem(factory);
+    const auto key = unique_name("refresh");
+    auto p = sem.try_acquire(key, 1, 300ms);
+    ASSERT_TRUE(p);
+    std::atomic<bool> lost_called{false};
+    p->on_lost([&] { lost_called = true; });
+    // Watch it for five ttls: live on the server and in the client throughout.
+    const auto until = SteadyClock::now() + 1500ms;
+    int checks = 0;
+    while (SteadyClock::now() < until) {
+        ASSERT_FALSE(p->lost()) << "after " << checks << " checks";
+        ASSERT_TRUE(live_on_server(*db, *p)) << "after " << checks << " checks";
+        ++checks;
+        std::this_thread::sleep_for(20ms);  // sampling period of the watch, not a wait for a condition
+    }
+    EXPECT_GT(checks, 20);
+    EXPECT_FALSE(sem.try_acquire(key, 1, 300ms)) << "still the only permit";
+    EXPECT_TRUE(p->release());
+    EXPECT_FALSE(lost_called.load()) << "release is not a loss";
+}
+
+TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
+    LogCapture logs;
+    auto root = admin();
+    const auto dbname = unique_name("simba_semkill");
+    const auto quoted = root->quote_name(dbname);
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec0("CREATE DATABASE " + quoted);
+    }
+    struct DropDb {
+        pqxx::connection& c;
+        std::string q;
+        ~DropDb() {
+            try {
+                pqxx::nontransaction tx(c);
+                tx.exec0("ALTER DATABASE " + q + " ALLOW_CONNECTIONS true");
+                tx.exec0("DROP DATABASE " + q + " WITH (FORCE)");
+            } catch (...) {
+            }
+        }
+    } drop_db{*root, quoted};
+    const std::string conninfo = "dbname=" + dbname;
+    auto probe = admin(conninfo);
+    auto opts = test_options("semkill");
+    simba::pg::ContendServiceFactory factory(conninfo, opts);
+    Semaphore sem(factory);
+    const auto key = unique_name("kill");
+    const auto sent = SteadyClock::now();
+    auto p = sem.try_acquire(key, 1, 800ms);
+    ASSERT_TRUE(p);
+
+    std::promise<std::pair<SteadyClock::time_point, bool>> lost;
+    auto lost_at = lost.get_future();
+    p->on_lost([&] {
+        // Evidence at the moment of the loss: the server still counts the
+        // permit live, so the client gave up first (never after).
+        lost.set_value({SteadyClock::now(), live_on_server(*probe, *p)});
+    });
+
+    // Outage: nobody may connect, and the factory's backends are killed.
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS false");
+        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                       opts.application_name);
+    }
+    ASSERT_EQ(lost_at.wait_for(10s), std::future_status::ready);
+    auto [at, server_live] = lost_at.get();
+    EXPECT_TRUE(p->lost());
+    EXPECT_LE(at, sent + 800ms + 100ms) << "on_lost later than the lease deadline (+100 ms scheduling slack)";
+    EXPECT_TRUE(server_live) << "the client reported the loss only after the server's expiry";
+    EXPECT_GE(logs.count_containing("lost"), 1);
+    EXPECT_FALSE(p->release()) << "a lost permit is not released";
+}
+
+TEST(Semaphore, AcquireWaitsAndWakesOnRelease) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("semwait"));
+    simba::SemaphoreOptions slow_poll;
+    slow_poll.poll_interval = 5000ms;  // only the NOTIFY can wake the waiter quickly
+    Semaphore holder(factory, "holder");
+    Semaphore waiter(factory, "waiter", slow_poll);
+    const auto key = unique_name("wait");
+    auto held = holder.try_acquire(key, 1, 10s);
+    ASSERT_TRUE(held);
+    ASSERT_TRUE(factory.wait_connected(5s));
+
+    auto got = std::async(std::launch::async, [&] {
+        auto p = waiter.acquire(key, 1, 10s, 10s);
+        return std::make_pair(SteadyClock::now(), p.fence());
+    });
+    // The waiter is waiting: its first attempt found the key full.
+    ASSERT_EQ(got.wait_for(300ms), std::future_status::timeout);
+    const auto released_at = SteadyClock::now();
+    ASSERT_TRUE(held->release());
+    ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+    auto [at, fence] = got.get();
+    const auto latency = at - released_at;
+    EXPECT_LT(latency, 1000ms) << "woken by the backstop poll, not the NOTIFY";
+    EXPECT_GT(fence, held->fence());
+    std::printf("semaphore handoff: %lld us (poll interval 5 s)\n",
+                (long long)std::chrono::duration_cast<std::chrono::microseconds>(latency).count());
+}
+
+TEST(Semaphore, AcquireTimesOutWithoutEndingEarly) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("semtimeout"));
+    Semaphore sem(factory);
+    const auto key = unique_name("timeout");
+    auto held = sem.try_acquire(key, 1, 10s);
+    ASSERT_TRUE(held);
+    const auto start = SteadyClock::now();
+    EXPECT_THROW((void)sem.acquire(key, 1, 10s, 400ms), simba::TimeoutError);
+    EXPECT_GE(SteadyClock::now() - start, 400ms);
+    EXPECT_EQ(live_count(*db, key), 1);
+}
+
+TEST(Semaphore, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
+    // No server at this address: only client-side validation can answer.
+    simba::pg::ContendServiceFactory factory("host=/nonexistent-simba-socket-dir", test_options("semargs"));
+    simba::SemaphoreOptions no_wait;
+    no_wait.connect_wait = 100ms;
+    Semaphore sem(factory, simba::ContenderId::host(), no_wait);
+    auto expect_invalid = [&](auto call, const std::string& message) {
+        try {
+            call();
+            ADD_FAILURE() << "no error for: " << message;
+        } catch (const simba::InvalidArgumentError& e) {
+            EXPECT_EQ(e.sqlstate(), "22023");
+            EXPECT_EQ(std::string(e.what()), message);
+        }
+    };
+    expect_invalid([&] { (void)sem.try_acquire("", 1, 1s); }, "key must not be empty");
+    expect_invalid([&] { (void)sem.try_acquire(std::string(257, 'k'), 1, 1s); }, "key must be at most 256 characters");
+    expect_invalid([&] { (void)sem.try_acquire("k", 0, 1s); }, "permits must be between 1 and 10000");
+    expect_invalid([&] { (void)sem.try_acquire("k", 10001, 1s); }, "permits must be between 1 and 10000");
+    expect_invalid([&] { (void)sem.try_acquire("k", 1, 0ms); }, "ttl must be positive");
+    expect_invalid([&] { (void)sem.acquire("k", 1, 1s, 1s, std::string(257, 'c')); },
+                   "context must be at most 256 characters");
+    EXPECT_THROW(Semaphore(factory, ""), simba::InvalidArgumentError);
+    // A valid call reaches for the (missing) server and says so.
+    EXPECT_THROW((void)sem.try_acquire("k", 1, 1s), simba::ConnectionError);
+}
+
+// database-semaphore's concurrency test: 25 threads on separate connections
+// start together; each tries once and holds what it got for 1 s.
+namespace {
+
+int concurrent_grants(const std::function<std::string(int)>& key_of, int permits) {
+    constexpr int threads = 25;
+    std::vector<std::unique_ptr<pqxx::connection>> conns;
+    for (int i = 0; i < threads; ++i) conns.push_back(std::make_unique<pqxx::connection>());
+    // All 25 call at once: each waits here until every connection is ready.
+    std::mutex m;
+    std::condition_variable cv;
+    int ready = 0;
+    auto arrive_and_wait = [&] {
+        std::unique_lock<std::mutex> lock(m);
+        if (++ready == threads) cv.notify_all();
+        cv.wait(lock, [&] { return ready == threads; });
+    };
+    std::atomic<int> granted{0};
+    std::vector<std::thread> workers;
+    for (int i = 0; i < threads; ++i) {
+        workers.emplace_back([&, i] {
+            pqxx::nontransaction tx(*conns[i]);
+            arrive_and_wait();
+            auto r = tx.exec_params1("SELECT token::text FROM simba_semaphore_acquire($1, $2, $3, '10s')", key_of(i),
+                                     "thread-" + std::to_string(i), permits);
+            if (r[0].is_null()) return;
+            ++granted;
+            std::this_thread::sleep_for(1s);  // the hold itself is the workload
+            tx.exec_params("SELECT simba_semaphore_release($1, $2::uuid)", key_of(i), r[0].as<std::string>());
+        });
+    }
+    for (auto& w : workers) w.join();
+    return granted.load();
+}
+
+}  // namespace
+
+TEST(Semaphore, TwentyFiveThreadsTwentyFourPermitsExactlyTwentyFourAcquire) {
+    auto db = admin();
+    const auto key = unique_name("dbsem");
+    EXPECT_EQ(concurrent_grants([&](int) { return key; }, 24), 24);
+    EXPECT_EQ(live_count(*db, key), 0) << "all released";
+}
+
+TEST(Semaphore, TwentyFiveThreadsOnDistinctKeysAllAcquire) {
+    auto db = admin();
+    const auto prefix = unique_name("dbsem-key");
+    EXPECT_EQ(concurrent_grants([&](int i) { return prefix + "-" + std::to_string(i); }, 1), 25);
+}
