@@ -154,6 +154,8 @@ simba_release(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	released = simba_execute(fcinfo, &release_update, args, NULL, 1) == 1;
+	if (!released && simba_history)
+		simba_log_late_release(fcinfo, args[0], args[1], DatumGetTimestampTz(args[2]));
 	SPI_finish();
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */

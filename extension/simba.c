@@ -13,9 +13,26 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 
 PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomBoolVariable("simba.history",
+							 "Logs changes of hands of simba mutexes to simba_mutex_history.",
+							 "Off by default: each change of hands then costs one insert.",
+							 &simba_history,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	MarkGUCPrefixReserved("simba");
+}
 
 static SPIPlanPtr
 simba_prepare(SimbaPlan *p, Oid nsp)

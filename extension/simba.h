@@ -44,6 +44,11 @@ extern int64 simba_duration_arg(FunctionCallInfo fcinfo, int argno,
 								const char *what, bool allow_zero);
 extern int64 simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *what);
 
+/* The setting simba.history: log changes of hands (history.c). */
+extern bool simba_history;
+/* Inside SPI: log a release that found its lease over, if the caller held the latest tenure. */
+extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, TimestampTz t);
+
 /* t + usec, raising 22008 when the result leaves the timestamp range. */
 extern TimestampTz simba_add_usec(TimestampTz t, int64 usec);
 

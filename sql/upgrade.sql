@@ -6,12 +6,21 @@ SELECT extversion FROM pg_extension WHERE extname = 'simba';
 SELECT owner_id, fence FROM simba_acquire('upgrade', 'a', '1h', '1h');
 SELECT simba_semaphore_acquire('k', 'a', 1);   -- not in 1.0
 
-ALTER EXTENSION simba UPDATE;
+ALTER EXTENSION simba UPDATE TO '1.1';
 SELECT extversion FROM pg_extension WHERE extname = 'simba';
 -- state from 1.0 survives, and 1.1 works on top of it
 SELECT owner_id, fence, state FROM simba_mutex_status WHERE mutex = 'upgrade';
 SELECT owner_id, fence FROM simba_acquire('upgrade', 'a', '1h', '1h');
 SELECT key, slot, fence > 0 AS fenced FROM simba_semaphore_acquire('upgrade-k', 'a', 1);
+SELECT count(*) FROM simba_mutex_history;   -- not in 1.1
+
+-- and on to the latest version: the history starts logging the existing rows
+ALTER EXTENSION simba UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'simba';
+SET simba.history = on;
+SELECT simba_release('upgrade', 'a');
+SELECT event, owner_id, fence FROM simba_mutex_history;
+RESET simba.history;
 
 -- every object is commented
 SELECT pg_describe_object(d.classid, d.objid, 0) AS uncommented
