@@ -6,9 +6,8 @@
  * held the mutex before (previous_owner) and why the holder changed:
  * 'acquired' (from free), 'taken_over' (another holder's lease had ended),
  * 'reacquired' (the same holder after its own lease ended), 'released' or
- * 'forced_release'. It costs nothing while simba.history is off beyond one
- * function call per change of hands (renewals never reach it: see the
- * trigger's WHEN clause in simba--1.1--1.2.sql).
+ * 'forced_release'. Its WHEN clauses (simba--1.1--1.2.sql) keep renewals,
+ * and everything while simba.history is off, from even queuing an event.
  */
 #include "simba.h"
 
