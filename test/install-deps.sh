@@ -7,6 +7,7 @@ pkgs=(
   make g++ cmake pkg-config
   postgresql-15 postgresql-server-dev-15 postgresql-contrib
   libpq-dev libpqxx-dev libgtest-dev
+  pgbouncer
 )
 
 missing=()
@@ -27,5 +28,11 @@ if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
   $sudo mkdir -p /etc/postgresql-common
   echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
 fi
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+log=$(mktemp)
+if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+       $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "simba: apt-get failed (see above)" >&2
+  exit 1
+fi
+rm -f "$log"
