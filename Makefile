@@ -1,17 +1,22 @@
 # simba — PGXS build of the extension, plus the project's entry points:
-#   make / make install   build and install the extension (install needs root)
+#   make / make install   build and install the extension and the simba CLI (install needs root)
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
+#   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql
+.PHONY: test deps demo psql bench chaos
 test:
 	@test/run-tests.sh
 demo:
 	@test/demo.sh
+bench:
+	@bench/run.sh
+chaos:
+	@test/chaos/long.sh
 psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:
@@ -46,6 +51,22 @@ META.json: META.json.in $(EXTENSION_DIR)/simba.control
 include $(PGXS)
 
 all: META.json
+
+# The simba command-line tool (client/cli, C++ on libpqxx) is built and
+# installed with the extension when cmake is there; SIMBA_CLI=no leaves it out
+# (a database server that only needs the extension).
+SIMBA_CLI ?= $(if $(shell command -v cmake 2>/dev/null),yes,no)
+SIMBA_BUILD ?= build
+.PHONY: cli install-cli
+cli:
+	cmake -S . -B $(SIMBA_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(SIMBA_BUILD) -j2 --target simba_cli
+install-cli: cli
+	cmake --install $(SIMBA_BUILD) --component cli
+ifeq ($(SIMBA_CLI),yes)
+all: cli
+install: install-cli
+endif
 
 else
 

@@ -15,8 +15,10 @@
 //
 // Locking: ServiceCore::m guards a service's ownership state and its pending
 // callbacks; Executor::m guards the handle queue; Core::cmd_m the command
-// queue. Lock order: ServiceCore::m -> Executor::m. No thread holds a lock
-// while running a callback or a statement.
+// queue. Lock order: ServiceCore::m -> Executor::m, and Core::metrics_m ->
+// ServiceCore::m (metrics()). No thread holds a lock while running a
+// callback or a statement. Metrics counters are relaxed atomics
+// (metrics_cell.hpp), bumped where the state they count changes.
 
 #include <libpq-fe.h>
 #include <poll.h>
@@ -35,9 +37,11 @@
 #include <queue>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "metrics_cell.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "simba/factory.hpp"
@@ -268,6 +272,12 @@ struct ServiceCore {
     std::uint64_t timer_gen = 0;
     bool io_active = false;
 
+    // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
+    // by m, notified_at I/O thread only (a release NOTIFY while waiting).
+    std::shared_ptr<simba::detail::MetricsCell> metrics;
+    SteadyClock::time_point wait_since{};
+    SteadyClock::time_point notified_at{};
+
     bool is_owner_now() const {
         std::lock_guard<std::mutex> lock(m);
         return owned && SteadyClock::now() < deadline;
@@ -378,6 +388,8 @@ struct ContendServiceFactory::Core final : detail::Io {
                 MutexState st{s->owned_owner, MutexOwner::none(s->mutex)};
                 s->owned = false;
                 s->reported = st;
+                simba::detail::MetricsCell::inc(s->metrics->lost);
+                s->wait_since = SteadyClock::now();
                 auto c = s->contender;
                 emit(s, [c, st] { c->on_released(st); });
             }
@@ -396,14 +408,17 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     /// Returns false if a grant came too late to be proven.
     bool apply_locked(const ServicePtr& svc, const MutexOwner& after) {
+        const MutexOwner prev = std::move(svc->last);
         svc->last = after;
         std::lock_guard<std::mutex> lock(svc->m);
         auto now = SteadyClock::now();
         auto c = svc->contender;
+        auto& mc = *svc->metrics;
         if (after.is_owner(svc->id)) {
             auto deadline = svc->deadline_of(after);
             if (svc->owned && svc->owned_owner.fence == after.fence && svc->owned_owner.owner_id == after.owner_id) {
                 // Renewal: extend silently.
+                simba::detail::MetricsCell::inc(mc.renewals);
                 svc->deadline = deadline;
                 svc->owned_owner = after;
                 svc->reported.before = svc->reported.after;
@@ -414,9 +429,21 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (svc->owned) {  // a new tenure of the same id: the old one ended
                 MutexState st{svc->owned_owner, after};
                 svc->owned = false;
+                simba::detail::MetricsCell::inc(mc.lost);
+                svc->wait_since = std::min(now, svc->deadline);
                 emit(svc, [c, st] { c->on_released(st); });
             }
             if (deadline <= now) return false;  // granted, but the reply came too late to prove the lease
+            // Metrics of a new tenure: acquire latency from the start of
+            // waiting; handoff from the release NOTIFY we acted on, else from
+            // the previous holder's lease end (server clock).
+            simba::detail::MetricsCell::inc(mc.acquired);
+            mc.acquire_latency.observe(duration_cast<microseconds>(now - svc->wait_since));
+            if (svc->notified_at != SteadyClock::time_point{})
+                mc.handoff_latency.observe(duration_cast<microseconds>(now - svc->notified_at));
+            else if (prev.has_owner() && prev.owner_id != svc->id && after.acquired_at >= prev.transition_at)
+                mc.handoff_latency.observe(after.acquired_at - prev.transition_at);
+            svc->notified_at = {};
             MutexState st{svc->reported.after, after};
             if (svc->reported.after.is_owner(svc->id) && svc->reported.after.fence == after.fence)
                 st.before = MutexOwner::none(svc->mutex, svc->reported.after.anchor);
@@ -432,8 +459,14 @@ struct ContendServiceFactory::Core final : detail::Io {
             MutexState st{svc->owned_owner, after};
             svc->owned = false;
             svc->reported = st;
+            simba::detail::MetricsCell::inc(mc.lost);
+            svc->wait_since = now;
             emit(svc, [c, st] { c->on_released(st); });
             return true;
+        }
+        if (after.has_owner()) {
+            simba::detail::MetricsCell::inc(mc.busy);
+            svc->notified_at = {};  // that release went to someone else: no handoff of ours
         }
         svc->reported.before = svc->reported.after;
         svc->reported.after = after;
@@ -549,7 +582,9 @@ struct ContendServiceFactory::Core final : detail::Io {
         {
             std::lock_guard<std::mutex> lock(svc->m);
             svc->active = true;
+            svc->wait_since = SteadyClock::now();
         }
+        svc->notified_at = {};
         svc->io_active = true;
         svc->last = MutexOwner::none(svc->mutex);
         services.insert(svc);
@@ -572,6 +607,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             try {
                 pqxx::nontransaction tx(*stmt);
                 bool released = tx.exec_prepared1("simba_release", svc->mutex, svc->id)[0].as<bool>();
+                // false: the lease had ended (expired or taken over) before this release.
+                simba::detail::MetricsCell::inc(released ? svc->metrics->released : svc->metrics->late_releases);
                 log(LogLevel::debug, "release of " + svc->mutex + " by " + svc->id + ": " +
                                          (released ? "released" : "was not owner"));
             } catch (const std::exception& e) {
@@ -597,6 +634,8 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void attempt(const ServicePtr& svc) {
+        const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
+        if (!renewing) simba::detail::MetricsCell::inc(svc->metrics->attempts);
         auto anchor = SteadyClock::now();
         try {
             pqxx::nontransaction tx(*stmt);
@@ -609,6 +648,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             auto now = SteadyClock::now();
             schedule(svc, now + svc->period.ensure_next_delay(o, now));
         } catch (const std::exception& e) {
+            if (renewing) simba::detail::MetricsCell::inc(svc->metrics->renewal_failures);
             if (statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id))
                 return;  // all services are rescheduled on reconnect
             schedule(svc, SteadyClock::now() + retry_delay(svc));
@@ -750,6 +790,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             for (auto& s : it->second) {
                 // Push handoff: waiters attempt at once; the owner ignores it.
                 if (s->last.is_owner(s->id)) continue;
+                s->notified_at = now;
                 schedule(s, now);
             }
         }
@@ -862,6 +903,49 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::condition_variable notify_cv;
     std::unordered_map<std::string, std::uint64_t> notify_counts;
 
+    // Metrics: one cell per (mutex, contender id), kept for the factory's
+    // life; the services for the gauges. Guarded by metrics_m.
+    std::mutex metrics_m;
+    std::map<std::pair<std::string, std::string>, std::shared_ptr<simba::detail::MetricsCell>> metric_cells;
+    std::vector<std::weak_ptr<ServiceCore>> metric_services;
+    std::size_t metric_prune_at = 64;
+
+    void track(const ServicePtr& svc) {
+        std::lock_guard<std::mutex> lock(metrics_m);
+        auto& cell = metric_cells[{svc->mutex, svc->id}];
+        if (!cell) cell = std::make_shared<simba::detail::MetricsCell>(svc->mutex, svc->id);
+        svc->metrics = cell;
+        if (metric_services.size() >= metric_prune_at) {  // drop destroyed services, amortized O(1)
+            metric_services.erase(std::remove_if(metric_services.begin(), metric_services.end(),
+                                                 [](const std::weak_ptr<ServiceCore>& w) { return w.expired(); }),
+                                  metric_services.end());
+            metric_prune_at = std::max<std::size_t>(64, 2 * metric_services.size());
+        }
+        metric_services.push_back(svc);
+    }
+
+    Metrics metrics_snapshot() {
+        Metrics out;
+        std::lock_guard<std::mutex> lock(metrics_m);
+        for (auto& [key, cell] : metric_cells) out.mutexes.push_back(cell->snapshot());  // sorted by the map
+        for (auto& w : metric_services) {
+            auto s = w.lock();
+            if (!s) continue;
+            std::lock_guard<std::mutex> slock(s->m);
+            if (!s->owned || SteadyClock::now() >= s->deadline) continue;
+            // out.mutexes is sorted by (mutex, contender): the map's order.
+            auto it = std::lower_bound(out.mutexes.begin(), out.mutexes.end(), std::tie(s->mutex, s->id),
+                                       [](const MutexMetrics& m, const std::tuple<const std::string&, const std::string&>& k) {
+                                           return std::tie(m.mutex, m.contender) < k;
+                                       });
+            if (it != out.mutexes.end() && it->mutex == s->mutex && it->contender == s->id) {
+                it->is_owner = true;
+                it->fence = s->owned_owner.fence;
+            }
+        }
+        return out;
+    }
+
     std::thread io;  // last: starts after the members above exist
 };
 
@@ -875,7 +959,9 @@ public:
 
     PgService(std::shared_ptr<Core> core, std::shared_ptr<MutexContender> contender, ContendOptions options)
         : MutexContendService(contender), core_(std::move(core)),
-          svc_(std::make_shared<ServiceCore>(std::move(contender), options)) {}
+          svc_(std::make_shared<ServiceCore>(std::move(contender), options)) {
+        core_->track(svc_);
+    }
 
     ~PgService() override {
         if (status() == Status::RUNNING) {
@@ -969,6 +1055,8 @@ bool ContendServiceFactory::wait_connected(std::chrono::milliseconds timeout) co
 }
 
 std::uint64_t ContendServiceFactory::connects() const { return core_->connects.load(); }
+
+Metrics ContendServiceFactory::metrics() const { return core_->metrics_snapshot(); }
 
 const std::string& ContendServiceFactory::application_name() const { return core_->options.application_name; }
 

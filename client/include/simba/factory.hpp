@@ -10,6 +10,7 @@
 #include <string>
 
 #include "simba/contender.hpp"
+#include "simba/metrics.hpp"
 #include "simba/service.hpp"
 
 namespace simba {
@@ -82,6 +83,9 @@ public:
     bool wait_connected(std::chrono::milliseconds timeout) const;
     /// Successful (re)connections so far; 1 after the first connect.
     [[nodiscard]] std::uint64_t connects() const;
+    /// A snapshot of the services' metrics per (mutex, contender id): counters
+    /// since the factory was made, gauges of now, latency histograms.
+    [[nodiscard]] Metrics metrics() const;
     /// The application_name in effect on the connections (the connection
     /// string's, if it sets one, else FactoryOptions::application_name).
     [[nodiscard]] const std::string& application_name() const;

@@ -8,6 +8,7 @@
 #include "simba/factory.hpp"
 #include "simba/locker.hpp"
 #include "simba/log.hpp"
+#include "simba/metrics.hpp"
 #include "simba/owner.hpp"
 #include "simba/scheduler.hpp"
 #include "simba/semaphore.hpp"

@@ -1,0 +1,97 @@
+// simba CLI: shared pieces of the commands (options, durations, exit codes,
+// connecting, reporting server errors).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <pqxx/pqxx>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace simba::cli {
+
+/// Exit codes (README: "Exit codes"). sysexits.h values where one fits.
+enum Exit : int {
+    ok = 0,
+    not_held = 1,         ///< owner: the mutex is free; release: the caller did not hold it
+    usage = 64,           ///< EX_USAGE: bad command line
+    unavailable = 69,     ///< EX_UNAVAILABLE: could not connect to the server
+    software = 70,        ///< EX_SOFTWARE: unexpected server or internal error
+    busy = 75,            ///< EX_TEMPFAIL: the mutex is held (--wait 0, or the wait timed out)
+    lost_lock = 76,       ///< the lease was lost while CMD ran; CMD was terminated
+    no_permission = 77,   ///< EX_NOPERM: the role lacks a privilege (42501)
+    config = 78,          ///< EX_CONFIG: extension missing or too old in that database
+    cannot_execute = 126, ///< CMD found but not executable
+    not_found = 127,      ///< CMD not found
+};
+
+/// A usage error: printed with a pointer to --help, exit 64.
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+/// Any error with its exit code, already worded for the user.
+struct Failure : std::runtime_error {
+    Failure(int code, const std::string& what) : std::runtime_error(what), code(code) {}
+    int code;
+};
+
+/// Parsed options of one command: `--name value`, `--name=value`, flags, and
+/// what follows `--` (or the first positional, for `run`).
+struct Options {
+    std::map<std::string, std::string> values;
+    std::set<std::string> flags;
+    std::vector<std::string> rest;
+
+    [[nodiscard]] bool has(const std::string& name) const { return values.count(name) || flags.count(name); }
+    [[nodiscard]] std::string get(const std::string& name, const std::string& def = {}) const {
+        auto it = values.find(name);
+        return it == values.end() ? def : it->second;
+    }
+};
+
+struct OptionSpec {
+    std::string name;    ///< without "--"
+    char short_name;     ///< 0 if none
+    bool takes_value;
+};
+
+/// Parses args after the command name. Throws UsageError.
+Options parse_options(const std::string& command, const std::vector<std::string>& args,
+                      const std::vector<OptionSpec>& specs, bool allow_rest);
+
+/// "10s", "500ms", "1.5s", "2m", "1h", "250us", a bare number = seconds.
+/// Throws UsageError naming `what`.
+std::chrono::microseconds parse_duration(const std::string& text, const std::string& what);
+std::string format_duration(std::chrono::microseconds d);
+/// A PostgreSQL interval literal for `d` ("1500000 microseconds").
+std::string to_interval(std::chrono::microseconds d);
+
+/// Opens a connection (--dsn, else libpq's environment). Throws Failure(69)
+/// with libpq's reason and what to do.
+std::unique_ptr<pqxx::connection> connect(const Options& o, const std::string& application_name);
+
+/// Maps a server error to a Failure with an exit code and a hint.
+[[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);
+
+std::string json_string(const std::string& s);
+
+/// Common options every command takes.
+std::vector<OptionSpec> with_common(std::vector<OptionSpec> specs);
+
+int cmd_run(const std::vector<std::string>& args);
+int cmd_status(const std::vector<std::string>& args);
+int cmd_acquire(const std::vector<std::string>& args);
+int cmd_release(const std::vector<std::string>& args);
+int cmd_owner(const std::vector<std::string>& args);
+int cmd_metrics(const std::vector<std::string>& args);
+
+}  // namespace simba::cli
+
+namespace simba::cli {
+/// The --help text of a command ("" = the overview).
+const char* help_for(const std::string& command);
+}  // namespace simba::cli

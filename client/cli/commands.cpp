@@ -1,0 +1,472 @@
+// simba CLI: the one-shot commands — status, acquire, release, owner, metrics.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <sstream>
+
+#include "cli.hpp"
+#include "simba/errors.hpp"
+#include "simba/metrics.hpp"
+
+namespace simba::cli {
+
+using std::chrono::microseconds;
+
+namespace {
+
+std::string default_contender() {
+    if (const char* env = std::getenv("SIMBA_CONTENDER"); env && *env) return env;
+    char host[256] = {0};
+    if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+    return "sh-" + std::to_string(::getppid()) + "@" + host;
+}
+
+std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
+double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
+std::string num3(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3f", v);
+    return buf;
+}
+
+const char* const kMutexStatusSql =
+    "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
+    " to_json(acquired_at) #>> '{}', to_json(ttl_at) #>> '{}', to_json(transition_at) #>> '{}'"
+    " FROM simba_mutex_status WHERE $1::text IS NULL OR mutex = $1 ORDER BY mutex";
+const char* const kSemaphoreStatusSql =
+    "SELECT key, slot, holder, context, extract(epoch FROM time_left)::float8, fence, permits,"
+    " to_json(acquired_at) #>> '{}', to_json(expires_at) #>> '{}'"
+    " FROM simba_semaphore_status ORDER BY key, slot";
+
+struct Snapshot {
+    pqxx::result mutexes, semaphores;
+};
+
+Snapshot read_status(pqxx::connection& c, const Options& o) {
+    Snapshot s;
+    try {
+        pqxx::nontransaction tx(c);
+        std::optional<std::string> only;
+        if (o.has("mutex")) only = o.get("mutex");
+        s.mutexes = tx.exec_params(kMutexStatusSql, only);
+        if (!only) s.semaphores = tx.exec(kSemaphoreStatusSql);
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "reading simba_mutex_status");
+    }
+    return s;
+}
+
+std::string pad(std::string s, std::size_t w) {
+    if (s.size() < w) s.append(w - s.size(), ' ');
+    return s;
+}
+
+std::string render_table(const Snapshot& s) {
+    std::ostringstream out;
+    std::size_t wm = 5, wo = 5;
+    for (auto r : s.mutexes) {
+        wm = std::max(wm, str(r[0]).size());
+        wo = std::max(wo, str(r[1]).size());
+    }
+    out << pad("MUTEX", wm) << "  " << pad("OWNER", wo) << "  " << pad("STATE", 10) << "  " << pad("TIME LEFT", 9)
+        << "  FENCE\n";
+    for (auto r : s.mutexes) {
+        std::string left = r[3].is_null() ? "-" : format_duration(microseconds(static_cast<std::int64_t>(num(r[3]) * 1e6)));
+        out << pad(str(r[0]), wm) << "  " << pad(r[1].is_null() ? "-" : str(r[1]), wo) << "  " << pad(str(r[2]), 10)
+            << "  " << pad(left, 9) << "  " << str(r[4]) << "\n";
+    }
+    if (s.mutexes.empty()) out << "(no mutexes)\n";
+    if (!s.semaphores.empty()) {
+        std::size_t wk = 9, wh = 6;
+        for (auto r : s.semaphores) {
+            wk = std::max(wk, str(r[0]).size());
+            wh = std::max(wh, str(r[2]).size());
+        }
+        out << "\n" << pad("SEMAPHORE", wk) << "  SLOT  " << pad("HOLDER", wh) << "  " << pad("TIME LEFT", 9)
+            << "  " << pad("FENCE", 6) << "  LIMIT  CONTEXT\n";
+        for (auto r : s.semaphores)
+            out << pad(str(r[0]), wk) << "  " << pad(str(r[1]), 4) << "  " << pad(str(r[2]), wh) << "  "
+                << pad(format_duration(microseconds(static_cast<std::int64_t>(num(r[4]) * 1e6))), 9) << "  "
+                << pad(str(r[5]), 6) << "  " << pad(str(r[6]), 5) << "  " << str(r[3]) << "\n";
+    }
+    return out.str();
+}
+
+std::string jnull_or_string(const pqxx::field& f) { return f.is_null() ? "null" : json_string(f.c_str()); }
+
+std::string render_json(const Snapshot& s) {
+    std::ostringstream out;
+    out << "{\"mutexes\":[";
+    bool first = true;
+    for (auto r : s.mutexes) {
+        out << (first ? "" : ",") << "{\"mutex\":" << json_string(str(r[0])) << ",\"owner\":" << jnull_or_string(r[1])
+            << ",\"state\":" << json_string(str(r[2]))
+            << ",\"time_left_seconds\":" << (r[3].is_null() ? "null" : num3(num(r[3])))
+            << ",\"fence\":" << (r[4].is_null() ? "0" : str(r[4])) << ",\"version\":" << (r[5].is_null() ? "0" : str(r[5]))
+            << ",\"acquired_at\":" << jnull_or_string(r[6]) << ",\"ttl_at\":" << jnull_or_string(r[7])
+            << ",\"transition_at\":" << jnull_or_string(r[8]) << "}";
+        first = false;
+    }
+    out << "],\"semaphores\":[";
+    first = true;
+    for (auto r : s.semaphores) {
+        out << (first ? "" : ",") << "{\"key\":" << json_string(str(r[0])) << ",\"slot\":" << str(r[1])
+            << ",\"holder\":" << jnull_or_string(r[2]) << ",\"context\":" << jnull_or_string(r[3])
+            << ",\"time_left_seconds\":" << (r[4].is_null() ? "null" : num3(num(r[4]))) << ",\"fence\":" << str(r[5])
+            << ",\"permits\":" << str(r[6]) << ",\"acquired_at\":" << jnull_or_string(r[7])
+            << ",\"expires_at\":" << jnull_or_string(r[8]) << "}";
+        first = false;
+    }
+    out << "]}\n";
+    return out.str();
+}
+
+}  // namespace
+
+int cmd_status(const std::vector<std::string>& args) {
+    auto o = parse_options("status", args,
+                           with_common({{"json", 'j', false}, {"watch", 'W', false}, {"interval", 'i', true},
+                                        {"mutex", 'm', true}}),
+                           false);
+    if (o.has("help")) {
+        std::fputs(help_for("status"), stdout);
+        return ok;
+    }
+    auto interval = parse_duration(o.get("interval", "2s"), "--interval");
+    if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
+    auto conn = connect(o, "simba-cli");
+    if (!o.has("watch")) {
+        auto s = read_status(*conn, o);
+        std::fputs((o.has("json") ? render_json(s) : render_table(s)).c_str(), stdout);
+        return ok;
+    }
+    // --watch: redraw until SIGINT/SIGTERM (taken synchronously, so the exit is clean).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    const bool tty = ::isatty(STDOUT_FILENO);
+    for (;;) {
+        std::string body;
+        try {
+            if (!conn || !conn->is_open()) conn = connect(o, "simba-cli");
+            auto s = read_status(*conn, o);
+            body = o.has("json") ? render_json(s) : render_table(s);
+        } catch (const Failure& e) {
+            body = std::string("error: ") + e.what() + "\n";
+            conn.reset();
+        }
+        std::time_t now = std::time(nullptr);
+        char stamp[64];
+        std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+        if (tty) std::fputs("\033[H\033[2J", stdout);
+        if (!o.has("json")) std::printf("Every %s: simba status%s    %s\n\n", format_duration(interval).c_str(),
+                                        o.has("mutex") ? (" --mutex " + o.get("mutex")).c_str() : "", stamp);
+        std::fputs(body.c_str(), stdout);
+        if (!tty && !o.has("json")) std::fputs("\n", stdout);
+        std::fflush(stdout);
+        timespec ts{static_cast<time_t>(interval.count() / 1000000), static_cast<long>(interval.count() % 1000000) * 1000};
+        int sig = sigtimedwait(&set, nullptr, &ts);
+        if (sig > 0) return ok;
+    }
+}
+
+namespace {
+
+struct OwnerRow {
+    std::string owner;
+    std::string state;
+    std::int64_t fence = 0;
+    double time_left = 0;
+    bool time_left_null = true;
+};
+
+std::optional<OwnerRow> read_owner(pqxx::connection& c, const std::string& mutex) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params(
+        "SELECT owner_id, state, fence, extract(epoch FROM time_left)::float8 FROM simba_mutex_status WHERE mutex = $1",
+        mutex);
+    if (r.empty()) return std::nullopt;
+    OwnerRow o;
+    o.owner = str(r[0][0]);
+    o.state = str(r[0][1]);
+    o.fence = r[0][2].is_null() ? 0 : r[0][2].as<std::int64_t>();
+    o.time_left_null = r[0][3].is_null();
+    o.time_left = num(r[0][3]);
+    return o;
+}
+
+std::string describe_holder(const std::optional<OwnerRow>& o) {
+    if (!o || o->owner.empty() || o->state == "free") return "free";
+    return "held by " + o->owner + " (" + o->state + ", fence " + std::to_string(o->fence) +
+           (o->time_left_null ? "" : ", " + format_duration(microseconds(static_cast<std::int64_t>(o->time_left * 1e6))) + " left") +
+           ")";
+}
+
+}  // namespace
+
+int cmd_acquire(const std::vector<std::string>& args) {
+    auto o = parse_options("acquire", args,
+                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"ttl", 0, true},
+                                        {"transition", 0, true}, {"json", 'j', false}}),
+                           false);
+    if (o.has("help")) {
+        std::fputs(help_for("acquire"), stdout);
+        return ok;
+    }
+    if (!o.has("mutex")) throw UsageError("simba acquire: --mutex NAME is required");
+    const std::string mutex = o.get("mutex");
+    const std::string id = o.get("contender", default_contender());
+    auto ttl = parse_duration(o.get("ttl", "10s"), "--ttl");
+    auto transition = parse_duration(o.get("transition", "6s"), "--transition");
+    validate_mutex(mutex);
+    validate_contender_id(id);
+    validate_ttl(ttl);
+    validate_transition(transition);
+    auto conn = connect(o, "simba-cli");
+    pqxx::result r;
+    try {
+        pqxx::nontransaction tx(*conn);
+        r = tx.exec_params(
+            "SELECT owner_id, fence, extract(epoch FROM transition_at - current_at)::float8,"
+            " to_json(ttl_at) #>> '{}', to_json(transition_at) #>> '{}'"
+            " FROM simba_acquire($1, $2, $3::interval, $4::interval)",
+            mutex, id, to_interval(ttl), to_interval(transition));
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "simba_acquire");
+    }
+    const bool won = str(r[0][0]) == id;
+    if (o.has("json")) {
+        std::printf("{\"mutex\":%s,\"contender\":%s,\"acquired\":%s,\"owner\":%s,\"fence\":%s,\"ttl_at\":%s,"
+                    "\"transition_at\":%s}\n",
+                    json_string(mutex).c_str(), json_string(id).c_str(), won ? "true" : "false",
+                    jnull_or_string(r[0][0]).c_str(), r[0][1].is_null() ? "0" : r[0][1].c_str(),
+                    jnull_or_string(r[0][3]).c_str(), jnull_or_string(r[0][4]).c_str());
+    } else if (won) {
+        std::printf("%s\n", r[0][1].c_str());  // the fence, for $(simba acquire ...)
+        std::fprintf(stderr, "simba acquire: %s holds %s, fence %s, lease ends in %s\n", id.c_str(), mutex.c_str(),
+                     r[0][1].c_str(),
+                     format_duration(microseconds(static_cast<std::int64_t>(num(r[0][2]) * 1e6))).c_str());
+    } else {
+        std::fprintf(stderr, "simba acquire: %s is held by %s (fence %s, others may take it in %s)\n", mutex.c_str(),
+                     str(r[0][0]).c_str(), r[0][1].c_str(),
+                     format_duration(microseconds(static_cast<std::int64_t>(num(r[0][2]) * 1e6))).c_str());
+    }
+    return won ? ok : busy;
+}
+
+int cmd_release(const std::vector<std::string>& args) {
+    auto o = parse_options("release", args,
+                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"force", 'f', false}}), false);
+    if (o.has("help")) {
+        std::fputs(help_for("release"), stdout);
+        return ok;
+    }
+    if (!o.has("mutex")) throw UsageError("simba release: --mutex NAME is required");
+    const std::string mutex = o.get("mutex");
+    validate_mutex(mutex);
+    if (o.has("force") && o.has("contender"))
+        throw UsageError("simba release: --force clears whoever holds the mutex; drop --contender");
+    auto conn = connect(o, "simba-cli");
+    if (o.has("force")) {
+        bool cleared = false;
+        try {
+            pqxx::nontransaction tx(*conn);
+            cleared = tx.exec_params1("SELECT simba_force_release($1)", mutex)[0].as<bool>();
+        } catch (const pqxx::failure& e) {
+            std::string state;
+            if (auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) state = sql->sqlstate();
+            if (state == "42501" || dynamic_cast<const pqxx::insufficient_privilege*>(&e))
+                throw Failure(no_permission,
+                              "permission denied for simba_force_release: forcing a release is an admin action.\n"
+                              "hint: run it as a superuser, or have the DBA grant it to an operator role:\n"
+                              "      GRANT EXECUTE ON FUNCTION simba_force_release(text) TO ops_admin;");
+            if (state == "42883" || dynamic_cast<const pqxx::undefined_function*>(&e))
+                throw Failure(config, "simba_force_release does not exist: it needs extension version 1.2\n"
+                                      "hint: ALTER EXTENSION simba UPDATE (as a superuser)");
+            fail_sql(e, "simba_force_release");
+        }
+        std::fprintf(stderr, "simba release: %s\n",
+                     cleared ? ("forced release of " + mutex + ": the next holder gets the next fence").c_str()
+                             : (mutex + " was free: nothing to release").c_str());
+        return cleared ? ok : not_held;
+    }
+    const std::string id = o.get("contender", default_contender());
+    validate_contender_id(id);
+    bool released = false;
+    try {
+        pqxx::nontransaction tx(*conn);
+        released = tx.exec_params1("SELECT simba_release($1, $2)", mutex, id)[0].as<bool>();
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "simba_release");
+    }
+    if (released) {
+        std::fprintf(stderr, "simba release: %s released %s\n", id.c_str(), mutex.c_str());
+        return ok;
+    }
+    std::optional<OwnerRow> now;
+    try {
+        now = read_owner(*conn, mutex);
+    } catch (const pqxx::failure&) {
+    }
+    std::fprintf(stderr,
+                 "simba release: %s did not hold a live lease on %s (now %s); nothing changed\n"
+                 "hint: if it held it before, its lease ended first: the work finished after the lease ended\n",
+                 id.c_str(), mutex.c_str(), describe_holder(now).c_str());
+    return not_held;
+}
+
+int cmd_owner(const std::vector<std::string>& args) {
+    auto o = parse_options("owner", args, with_common({{"mutex", 'm', true}, {"json", 'j', false}}), false);
+    if (o.has("help")) {
+        std::fputs(help_for("owner"), stdout);
+        return ok;
+    }
+    if (!o.has("mutex")) throw UsageError("simba owner: --mutex NAME is required");
+    const std::string mutex = o.get("mutex");
+    validate_mutex(mutex);
+    auto conn = connect(o, "simba-cli");
+    std::optional<OwnerRow> row;
+    try {
+        row = read_owner(*conn, mutex);
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "reading simba_mutex_status");
+    }
+    const bool held = row && !row->owner.empty() && row->state != "free";
+    if (o.has("json")) {
+        std::printf("{\"mutex\":%s,\"owner\":%s,\"state\":%s,\"fence\":%lld,\"time_left_seconds\":%s}\n",
+                    json_string(mutex).c_str(), held ? json_string(row->owner).c_str() : "null",
+                    json_string(row ? row->state : "free").c_str(), static_cast<long long>(row ? row->fence : 0),
+                    held && !row->time_left_null ? num3(row->time_left).c_str() : "null");
+    } else if (held) {
+        std::printf("%s\n", row->owner.c_str());
+    }
+    return held ? ok : not_held;
+}
+
+// ----------------------------------------------------------------- metrics
+
+namespace {
+
+struct Exposition {
+    std::string out;
+    void head(const std::string& name, const char* type, const char* help) {
+        out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    }
+    void sample(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels, double v) {
+        out += name;
+        if (!labels.empty()) {
+            out += "{";
+            bool first = true;
+            for (auto& [k, val] : labels) {
+                out += (first ? "" : ",") + k + "=\"" + escape_label_value(val) + "\"";
+                first = false;
+            }
+            out += "}";
+        }
+        out += " " + format_sample_value(v) + "\n";
+    }
+};
+
+}  // namespace
+
+int cmd_metrics(const std::vector<std::string>& args) {
+    auto o = parse_options("metrics", args, with_common({}), false);
+    if (o.has("help")) {
+        std::fputs(help_for("metrics"), stdout);
+        return ok;
+    }
+    auto conn = connect(o, "simba-metrics");
+    Exposition x;
+    pqxx::result mutexes, sems, stats;
+    std::string stats_error;
+    bool history = false;
+    try {
+        pqxx::nontransaction tx(*conn);
+        mutexes = tx.exec(
+            "SELECT mutex, owner_id, state, coalesce(extract(epoch FROM time_left)::float8, 0), fence, version"
+            " FROM simba_mutex_status ORDER BY mutex");
+        sems = tx.exec(
+            "SELECT key, count(*), max(permits), max(fence) FROM simba_semaphore_status GROUP BY key ORDER BY key");
+        history = tx.exec1("SELECT coalesce(current_setting('simba.history', true), 'off')")[0].as<std::string>() == "on";
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "reading simba_mutex_status");
+    }
+    try {
+        pqxx::nontransaction tx(*conn);
+        stats = tx.exec(
+            "SELECT mutex, coalesce(holder, ''), acquisitions, releases, late_releases, expired, forced_releases,"
+            " coalesce(extract(epoch FROM last_event_at)::float8, 0) FROM simba_mutex_stats ORDER BY 1, 2");
+    } catch (const pqxx::failure& e) {
+        stats_error = e.what();  // 1.1, or no SELECT on the view: the rest is still worth printing
+        while (!stats_error.empty() && (stats_error.back() == '\n' || stats_error.back() == ' ')) stats_error.pop_back();
+        for (auto& c : stats_error)
+            if (c == '\n') c = ' ';
+    }
+
+    struct Fam {
+        const char* name;
+        const char* type;
+        const char* help;
+        int col;
+    };
+    const Fam mfams[] = {
+        {"simba_mutex_held", "gauge", "1 while the mutex has an owner whose lease has not ended (held or transition).", -1},
+        {"simba_mutex_in_transition", "gauge", "1 while the owner's ttl has passed but its transition has not.", -2},
+        {"simba_mutex_time_left_seconds", "gauge", "Seconds until others may take the mutex (0 when free).", 3},
+        {"simba_mutex_fence", "gauge", "Fence of the latest tenure of the mutex.", 4},
+        {"simba_mutex_version", "gauge", "Change counter of the mutex row (acquisitions, renewals, releases).", 5},
+    };
+    for (auto& f : mfams) {
+        x.head(f.name, f.type, f.help);
+        for (auto r : mutexes) {
+            double v;
+            const std::string state = str(r[2]);
+            if (f.col == -1) v = (state == "held" || state == "transition") ? 1 : 0;
+            else if (f.col == -2) v = state == "transition" ? 1 : 0;
+            else v = num(r[f.col]);
+            x.sample(f.name, {{"mutex", str(r[0])}}, v);
+        }
+    }
+    x.head("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
+    for (auto r : mutexes)
+        if (!r[1].is_null() && str(r[2]) != "free") x.sample("simba_mutex_owner_info", {{"mutex", str(r[0])}, {"owner", str(r[1])}}, 1);
+
+    const Fam sfams[] = {
+        {"simba_semaphore_permits_held", "gauge", "Live permits of the semaphore key.", 1},
+        {"simba_semaphore_permits_limit", "gauge", "The permits limit of the latest acquire of the key.", 2},
+        {"simba_semaphore_fence", "gauge", "Highest fence among the live permits of the key.", 3},
+    };
+    for (auto& f : sfams) {
+        x.head(f.name, f.type, f.help);
+        for (auto r : sems) x.sample(f.name, {{"key", str(r[0])}}, num(r[f.col]));
+    }
+
+    x.head("simba_history_enabled", "gauge",
+           "1 when simba.history is on for this database (the *_total per-holder counters need it).");
+    x.sample("simba_history_enabled", {}, history ? 1 : 0);
+    if (!stats_error.empty()) x.out += "# simba_mutex_stats unavailable: " + stats_error + "\n";
+    const Fam hfams[] = {
+        {"simba_mutex_acquisitions_total", "counter", "Tenures begun by the holder (from simba_mutex_history).", 2},
+        {"simba_mutex_releases_total", "counter", "Releases by the holder.", 3},
+        {"simba_mutex_late_releases_total", "counter",
+         "Releases by the holder that found its lease already ended (finished after the lease ended).", 4},
+        {"simba_mutex_expired_total", "counter", "Tenures of the holder that ended by expiry (lease lost).", 5},
+        {"simba_mutex_forced_releases_total", "counter", "Tenures of the holder ended by simba_force_release.", 6},
+        {"simba_mutex_last_event_timestamp_seconds", "gauge", "Unix time of the holder's latest history event.", 7},
+    };
+    for (auto& f : hfams) {
+        x.head(f.name, f.type, f.help);
+        for (auto r : stats) x.sample(f.name, {{"mutex", str(r[0])}, {"holder", str(r[1])}}, num(r[f.col]));
+    }
+    std::fputs(x.out.c_str(), stdout);
+    return ok;
+}
+
+}  // namespace simba::cli

@@ -1,0 +1,152 @@
+// simba CLI: option parsing, durations, connecting, error mapping.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli.hpp"
+
+namespace simba::cli {
+
+std::vector<OptionSpec> with_common(std::vector<OptionSpec> specs) {
+    specs.push_back({"dsn", 'd', true});
+    specs.push_back({"help", 'h', false});
+    return specs;
+}
+
+Options parse_options(const std::string& command, const std::vector<std::string>& args,
+                      const std::vector<OptionSpec>& specs, bool allow_rest) {
+    Options o;
+    auto find = [&](const std::string& a) -> const OptionSpec* {
+        for (auto& s : specs) {
+            if (a.size() > 2 && a.compare(0, 2, "--") == 0 && a.substr(2) == s.name) return &s;
+            if (a.size() == 2 && a[0] == '-' && s.short_name && a[1] == s.short_name) return &s;
+        }
+        return nullptr;
+    };
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--") {
+            if (!allow_rest) throw UsageError("simba " + command + " takes no command after --");
+            o.rest.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+            return o;
+        }
+        if (a.size() > 1 && a[0] == '-') {
+            std::string name = a, value;
+            bool inline_value = false;
+            auto eq = a.find('=');
+            if (a.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+                name = a.substr(0, eq);
+                value = a.substr(eq + 1);
+                inline_value = true;
+            }
+            const OptionSpec* s = find(name);
+            if (!s) throw UsageError("simba " + command + ": unknown option " + name);
+            if (s->takes_value) {
+                if (!inline_value) {
+                    if (i + 1 >= args.size()) throw UsageError("simba " + command + ": option --" + s->name + " needs a value");
+                    value = args[++i];
+                }
+                o.values[s->name] = value;
+            } else {
+                if (inline_value) throw UsageError("simba " + command + ": option --" + s->name + " takes no value");
+                o.flags.insert(s->name);
+            }
+            continue;
+        }
+        if (allow_rest) {  // the command starts at the first word that is not an option
+            o.rest.assign(args.begin() + static_cast<long>(i), args.end());
+            return o;
+        }
+        throw UsageError("simba " + command + ": unexpected argument \"" + a + "\"");
+    }
+    return o;
+}
+
+std::chrono::microseconds parse_duration(const std::string& text, const std::string& what) {
+    const char* p = text.c_str();
+    char* end = nullptr;
+    double v = std::strtod(p, &end);
+    std::string unit = end ? std::string(end) : std::string();
+    double mult = 0;
+    if (unit.empty() || unit == "s") mult = 1e6;
+    else if (unit == "ms") mult = 1e3;
+    else if (unit == "us") mult = 1;
+    else if (unit == "m" || unit == "min") mult = 60e6;
+    else if (unit == "h") mult = 3600e6;
+    if (end == p || mult == 0 || !std::isfinite(v) || v < 0 || v * mult > 1e15)
+        throw UsageError("invalid " + what + " \"" + text + "\": use a duration like 10s, 500ms, 1.5s, 2m");
+    return std::chrono::microseconds(static_cast<std::int64_t>(std::llround(v * mult)));
+}
+
+std::string format_duration(std::chrono::microseconds d) {
+    char buf[64];
+    double s = static_cast<double>(d.count()) / 1e6;
+    if (s < 1) std::snprintf(buf, sizeof buf, "%.0fms", s * 1e3);
+    else if (s < 120) std::snprintf(buf, sizeof buf, "%.1fs", s);
+    else std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+    return buf;
+}
+
+std::string to_interval(std::chrono::microseconds d) { return std::to_string(d.count()) + " microseconds"; }
+
+std::unique_ptr<pqxx::connection> connect(const Options& o, const std::string& application_name) {
+    std::string dsn = o.get("dsn");
+    // application_name unless the DSN sets one (libpq: a later keyword wins, so prepend).
+    std::string conninfo = "application_name='" + application_name + "' connect_timeout=5";
+    if (!dsn.empty()) {
+        if (dsn.find("://") != std::string::npos) conninfo = dsn;  // a URI cannot be mixed with keywords
+        else conninfo += " " + dsn;
+    }
+    try {
+        return std::make_unique<pqxx::connection>(conninfo);
+    } catch (const std::exception& e) {
+        std::string msg = e.what();
+        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        throw Failure(unavailable, "could not connect to the server: " + msg +
+                                       "\nhint: set PGHOST, PGPORT, PGDATABASE, PGUSER (libpq's environment) "
+                                       "or pass --dsn 'host=... dbname=... user=...'");
+    }
+}
+
+void fail_sql(const std::exception& e, const std::string& doing) {
+    std::string msg = e.what();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    std::string state;
+    if (auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) state = sql->sqlstate();
+    if (dynamic_cast<const pqxx::broken_connection*>(&e) || state.rfind("08", 0) == 0)
+        throw Failure(unavailable, doing + ": connection lost: " + msg);
+    if (state == "42501" || dynamic_cast<const pqxx::insufficient_privilege*>(&e))
+        throw Failure(no_permission, doing + ": permission denied: " + msg +
+                                         "\nhint: a superuser runs SELECT simba_grant('<role>') to let a role use simba");
+    if (state == "42883" || state == "42P01" || dynamic_cast<const pqxx::undefined_function*>(&e) ||
+        dynamic_cast<const pqxx::undefined_table*>(&e))
+        throw Failure(config, doing + ": " + msg +
+                                  "\nhint: the simba extension is missing or too old in this database: "
+                                  "CREATE EXTENSION simba (or ALTER EXTENSION simba UPDATE) as a superuser");
+    if (state.rfind("22", 0) == 0) throw Failure(usage, doing + ": " + msg);
+    throw Failure(software, doing + ": " + msg + (state.empty() ? "" : " (SQLSTATE " + state + ")"));
+}
+
+std::string json_string(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out += static_cast<char>(c);
+                }
+        }
+    }
+    return out + "\"";
+}
+
+}  // namespace simba::cli

@@ -1,0 +1,69 @@
+// simba client (internal): the live counters behind simba::Metrics. One cell
+// per (mutex, contender id) of a factory, shared by the services of that id;
+// updated with relaxed atomics from the I/O and handle threads, read by
+// ContendServiceFactory::metrics() without stopping them.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "simba/metrics.hpp"
+
+namespace simba::detail {
+
+struct AtomicHistogram {
+    std::array<std::atomic<std::uint64_t>, Histogram::bucket_count + 1> counts{};
+    std::atomic<std::uint64_t> sum_us{0};
+
+    void observe(std::chrono::microseconds d) {
+        if (d.count() < 0) d = std::chrono::microseconds(0);
+        const double s = static_cast<double>(d.count()) / 1e6;
+        std::size_t i = 0;
+        while (i < Histogram::bucket_count && s > Histogram::bounds[i]) ++i;
+        counts[i].fetch_add(1, std::memory_order_relaxed);
+        sum_us.fetch_add(static_cast<std::uint64_t>(d.count()), std::memory_order_relaxed);
+    }
+    Histogram snapshot() const {
+        Histogram h;
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+            h.counts[i] = counts[i].load(std::memory_order_relaxed);
+            h.count += h.counts[i];
+        }
+        h.sum_seconds = static_cast<double>(sum_us.load(std::memory_order_relaxed)) / 1e6;
+        return h;
+    }
+};
+
+struct MetricsCell {
+    MetricsCell(std::string m, std::string c) : mutex(std::move(m)), contender(std::move(c)) {}
+    const std::string mutex;
+    const std::string contender;
+    std::atomic<std::uint64_t> attempts{0}, busy{0}, acquired{0}, released{0}, late_releases{0},
+        renewals{0}, renewal_failures{0}, lost{0};
+    AtomicHistogram acquire_latency, handoff_latency;
+
+    static void inc(std::atomic<std::uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+    /// Counters and histograms; the caller fills the gauges.
+    MutexMetrics snapshot() const {
+        MutexMetrics m;
+        m.mutex = mutex;
+        m.contender = contender;
+        m.attempts = attempts.load(std::memory_order_relaxed);
+        m.busy = busy.load(std::memory_order_relaxed);
+        m.acquired = acquired.load(std::memory_order_relaxed);
+        m.released = released.load(std::memory_order_relaxed);
+        m.late_releases = late_releases.load(std::memory_order_relaxed);
+        m.renewals = renewals.load(std::memory_order_relaxed);
+        m.renewal_failures = renewal_failures.load(std::memory_order_relaxed);
+        m.lost = lost.load(std::memory_order_relaxed);
+        m.acquire_latency = acquire_latency.snapshot();
+        m.handoff_latency = handoff_latency.snapshot();
+        return m;
+    }
+};
+
+}  // namespace simba::detail

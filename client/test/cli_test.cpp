@@ -1,0 +1,525 @@
+// CLI tests: drive the real `simba` binary (path in $SIMBA_CLI) against the
+// throwaway cluster (test/pg-run.sh), and the factory's metrics against the
+// same server. Every wait is a condition with a deadline; the CMDs that
+// simba run starts check exclusivity themselves (mkdir is atomic).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "mini_json.hpp"
+#include "pg_support.hpp"
+#include "prom_check.hpp"
+
+using namespace simba_test;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string cli() {
+    const char* p = std::getenv("SIMBA_CLI");
+    return p ? p : "simba";
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+bool exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) out.push_back(l);
+    return out;
+}
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char t[] = "/tmp/simba-cli-XXXXXX";
+        path = ::mkdtemp(t);
+    }
+    ~TempDir() { [[maybe_unused]] int rc = std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+/// A child process running the simba binary, stdout/stderr to files.
+class Proc {
+public:
+    Proc(std::vector<std::string> args, std::vector<std::string> env = {}) {
+        static int n = 0;
+        base_ = "/tmp/simba-cli-out-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+        started_ = SteadyClock::now();
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            int o = ::open((base_ + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            int e = ::open((base_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            ::dup2(o, 1);
+            ::dup2(e, 2);
+            for (auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+            std::vector<char*> argv;
+            std::string bin = cli();
+            argv.push_back(bin.data());
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execv(bin.c_str(), argv.data());
+            ::_exit(250);
+        }
+    }
+    ~Proc() {
+        if (!reaped_) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+        std::remove((base_ + ".out").c_str());
+        std::remove((base_ + ".err").c_str());
+    }
+    pid_t pid() const { return pid_; }
+    /// Exit status as a shell reports it; -1 if still running after `timeout`.
+    int wait(milliseconds timeout = milliseconds(30000)) {
+        if (reaped_) return rc_;
+        auto deadline = SteadyClock::now() + timeout;
+        for (;;) {
+            int st = 0;
+            pid_t r = ::waitpid(pid_, &st, WNOHANG);
+            if (r == pid_) {
+                reaped_ = true;
+                ended_ = SteadyClock::now();
+                rc_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                return rc_;
+            }
+            if (SteadyClock::now() >= deadline) return -1;
+            std::this_thread::sleep_for(2ms);
+        }
+    }
+    milliseconds elapsed() const { return duration_cast<milliseconds>(ended_ - started_); }
+    std::string out() const { return slurp(base_ + ".out"); }
+    std::string err() const { return slurp(base_ + ".err"); }
+
+private:
+    std::string base_;
+    pid_t pid_ = -1;
+    bool reaped_ = false;
+    int rc_ = -1;
+    SteadyClock::time_point started_, ended_;
+};
+
+struct Ran {
+    int rc;
+    std::string out, err;
+    milliseconds elapsed;
+};
+
+Ran run(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    Proc p(std::move(args), std::move(env));
+    int rc = p.wait();
+    return {rc, p.out(), p.err(), p.elapsed()};
+}
+
+std::string owner_of(const std::string& mutex) {
+    auto c = admin();
+    pqxx::nontransaction tx(*c);
+    auto r = tx.exec_params("SELECT owner_id FROM simba_mutex_status WHERE mutex = $1 AND state <> 'free'", mutex);
+    return r.empty() || r[0][0].is_null() ? std::string() : r[0][0].as<std::string>();
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------- run
+
+TEST(CliRun, FiveRunnersOnlyOneCommandAtATime) {
+    TempDir d;
+    const auto mutex = unique_name("cli-exclusive");
+    // The CMD checks exclusivity itself: mkdir fails if another CMD is inside.
+    const std::string body =
+        "mkdir \"$D/inside\" 2>/dev/null || { echo \"overlap $SIMBA_CONTENDER\" >> \"$D/violations\"; exit 3; }; "
+        "echo \"$SIMBA_FENCE $SIMBA_CONTENDER\" >> \"$D/log\"; sleep 0.2; "
+        "rmdir \"$D/inside\"";
+    std::vector<std::unique_ptr<Proc>> runners;
+    for (int i = 0; i < 5; ++i)
+        runners.push_back(std::make_unique<Proc>(
+            std::vector<std::string>{"run", "--mutex", mutex, "--contender", "runner-" + std::to_string(i), "--ttl",
+                                     "2s", "--transition", "1s", "--metrics-file",
+                                     d.path + "/m" + std::to_string(i) + ".prom", "--", "sh", "-c", body},
+            std::vector<std::string>{"D=" + d.path}));
+    for (auto& r : runners) EXPECT_EQ(r->wait(), 0) << r->err();
+    EXPECT_FALSE(exists(d.path + "/violations")) << slurp(d.path + "/violations");
+    auto log = lines(slurp(d.path + "/log"));
+    ASSERT_EQ(log.size(), 5u);
+    std::set<std::string> who;
+    long long last = 0;
+    for (auto& l : log) {
+        long long fence = std::stoll(l.substr(0, l.find(' ')));
+        EXPECT_GT(fence, last) << "fences must increase from one holder to the next";
+        last = fence;
+        who.insert(l.substr(l.find(' ') + 1));
+    }
+    EXPECT_EQ(who.size(), 5u);
+    EXPECT_EQ(owner_of(mutex), "") << "the last runner released on exit";
+    // Each runner's --metrics-file: valid exposition, one tenure, one release.
+    for (int i = 0; i < 5; ++i) {
+        auto r = prom_check::check(slurp(d.path + "/m" + std::to_string(i) + ".prom"));
+        ASSERT_TRUE(r.ok()) << r.error_text();
+        std::map<std::string, std::string> l = {{"mutex", mutex}, {"contender", "runner-" + std::to_string(i)}};
+        EXPECT_EQ(r.value("simba_client_acquired_total", l), 1);
+        EXPECT_EQ(r.value("simba_client_released_total", l), 1);
+        EXPECT_EQ(r.value("simba_client_lost_total", l), 0);
+        EXPECT_EQ(r.value("simba_client_is_owner", l), 0);
+        EXPECT_GE(r.value("simba_client_attempts_total", l), 1);
+        EXPECT_EQ(r.value("simba_client_acquire_latency_seconds_count", l), 1);
+    }
+}
+
+TEST(CliRun, LeaseLostWhileStoppedTerminatesTheCommand) {
+    TempDir d;
+    const auto mutex = unique_name("cli-lost");
+    Proc runner({"run", "--mutex", mutex, "--contender", "sleepy", "--ttl", "1s", "--transition", "500ms", "--grace",
+                 "5s", "--metrics-file", d.path + "/m.prom", "--", "sh", "-c",
+                 "trap 'echo TERM >> \"$D/term\"; exit 0' TERM; echo up > \"$D/started\"; "
+                 "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    ASSERT_TRUE(eventually([&] { return exists(d.path + "/started"); }, 10000ms)) << runner.err();
+    // Freeze simba run (its renewals stop; CMD, in its own group, runs on)...
+    ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+    // ... until another contender takes the mutex after the lease ended.
+    ASSERT_TRUE(eventually([&] { return run({"acquire", "--mutex", mutex, "--contender", "thief", "--ttl", "30s"}).rc == 0; },
+                           10000ms));
+    EXPECT_FALSE(exists(d.path + "/term")) << "CMD must not be signalled while simba run is stopped";
+    ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+    EXPECT_EQ(runner.wait(), 76) << runner.err();
+    EXPECT_EQ(slurp(d.path + "/term"), "TERM\n");
+    EXPECT_NE(runner.err().find("lost the lock"), std::string::npos) << runner.err();
+    EXPECT_EQ(owner_of(mutex), "thief") << "the late release must not disturb the new holder";
+    auto r = prom_check::check(slurp(d.path + "/m.prom"));
+    ASSERT_TRUE(r.ok()) << r.error_text();
+    std::map<std::string, std::string> l = {{"mutex", mutex}, {"contender", "sleepy"}};
+    EXPECT_EQ(r.value("simba_client_lost_total", l), 1);
+    EXPECT_EQ(r.value("simba_client_released_total", l), 0);
+    EXPECT_EQ(r.value("simba_client_is_owner", l), 0);
+}
+
+TEST(CliRun, ForcedReleaseKillsACommandThatIgnoresSigterm) {
+    TempDir d;
+    const auto mutex = unique_name("cli-grace");
+    // CMD ignores SIGTERM and leaves a background process in its group.
+    Proc runner({"run", "--mutex", mutex, "--ttl", "1s", "--transition", "500ms", "--grace", "300ms", "--", "sh", "-c",
+                 "trap '' TERM; sh -c 'echo $$ > \"$D/bg.pid\"; exec sleep 100' & "
+                 "echo up > \"$D/started\"; while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    ASSERT_TRUE(eventually([&] { return exists(d.path + "/started") && !slurp(d.path + "/bg.pid").empty(); }, 10000ms))
+        << runner.err();
+    const std::string bg = "/proc/" + std::to_string(std::stoi(slurp(d.path + "/bg.pid"))) + "/stat";
+    auto alive = [&] {
+        auto st = slurp(bg);  // "pid (comm) S ...": gone, or a zombie, once killed
+        auto p = st.rfind(')');
+        return p != std::string::npos && p + 2 < st.size() && st[p + 2] != 'Z';
+    };
+    ASSERT_TRUE(alive());
+    auto forced = run({"release", "--force", "--mutex", mutex});
+    ASSERT_EQ(forced.rc, 0) << forced.err;
+    EXPECT_EQ(runner.wait(), 76) << runner.err();
+    EXPECT_NE(runner.err().find("SIGKILL"), std::string::npos) << runner.err();
+    EXPECT_TRUE(eventually([&] { return !alive(); }, 2000ms)) << "CMD's group is killed after a lost lease";
+    EXPECT_EQ(owner_of(mutex), "");
+}
+
+TEST(CliRun, ExitCodesAndEnvironment) {
+    const auto mutex = unique_name("cli-codes");
+    auto r = run({"run", "-m", mutex, "-c", "env-check", "--", "sh", "-c",
+                  "echo \"$SIMBA_MUTEX|$SIMBA_CONTENDER|$SIMBA_FENCE\"; exit 7"});
+    EXPECT_EQ(r.rc, 7) << r.err;
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        auto fence = tx.exec_params1("SELECT fence FROM simba_mutex_status WHERE mutex = $1", mutex)[0].as<long long>();
+        EXPECT_EQ(r.out, mutex + "|env-check|" + std::to_string(fence) + "\n");
+    }
+    EXPECT_EQ(run({"owner", "-m", mutex}).rc, 1) << "released when CMD exited";
+    EXPECT_EQ(run({"run", "-m", mutex, "--", "sh", "-c", "kill -KILL $$"}).rc, 128 + SIGKILL);
+    auto nf = run({"run", "-m", mutex, "--", "simba-no-such-command"});
+    EXPECT_EQ(nf.rc, 127);
+    EXPECT_NE(nf.err.find("command not found"), std::string::npos) << nf.err;
+    EXPECT_EQ(run({"run", "-m", mutex, "--", "/etc/passwd"}).rc, 126);
+    // Usage errors: 64, with what to do.
+    auto u1 = run({"run", "--", "true"});
+    EXPECT_EQ(u1.rc, 64);
+    EXPECT_NE(u1.err.find("--mutex NAME is required"), std::string::npos) << u1.err;
+    EXPECT_EQ(run({"run", "-m", mutex}).rc, 64);
+    auto u3 = run({"run", "-m", mutex, "--ttl", "soon", "--", "true"});
+    EXPECT_EQ(u3.rc, 64);
+    EXPECT_NE(u3.err.find("10s, 500ms"), std::string::npos) << u3.err;
+    EXPECT_EQ(run({"run", "-m", mutex, "--bogus", "--", "true"}).rc, 64);
+    EXPECT_EQ(run({"frobnicate"}).rc, 64);
+    // --help on every command: exit 0, usage on stdout.
+    for (const char* c : {"run", "status", "acquire", "release", "owner", "metrics"}) {
+        auto h = run({c, "--help"});
+        EXPECT_EQ(h.rc, 0) << c;
+        EXPECT_EQ(h.out.rfind(std::string("usage: simba ") + c, 0), 0u) << h.out;
+    }
+    // Could not connect: 69, with a hint.
+    auto nc = run({"run", "-m", mutex, "--dsn", "host=/nonexistent-simba-dir", "--", "true"});
+    EXPECT_EQ(nc.rc, 69);
+    EXPECT_NE(nc.err.find("hint: set PGHOST"), std::string::npos) << nc.err;
+    EXPECT_EQ(run({"status", "--dsn", "host=/nonexistent-simba-dir"}).rc, 69);
+    // Busy: --wait 0 exits 75 at once, --wait 300ms after 300 ms; CMD never runs.
+    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "holder", "--ttl", "30s"}).rc, 0);
+    auto b0 = run({"run", "-m", mutex, "--wait", "0", "--", "sh", "-c", "echo ran"});
+    EXPECT_EQ(b0.rc, 75);
+    EXPECT_EQ(b0.out, "");
+    EXPECT_NE(b0.err.find("held by holder"), std::string::npos) << b0.err;
+    auto b1 = run({"run", "-m", mutex, "--wait", "300ms", "--", "sh", "-c", "echo ran"});
+    EXPECT_EQ(b1.rc, 75);
+    EXPECT_EQ(b1.out, "");
+    EXPECT_GE(b1.elapsed, 300ms);
+    EXPECT_EQ(owner_of(mutex), "holder");
+    // --wait 0 on a free mutex runs CMD.
+    const auto free_mutex = unique_name("cli-codes-free");
+    EXPECT_EQ(run({"run", "-m", free_mutex, "--wait", "0", "--", "true"}).rc, 0);
+}
+
+TEST(CliRun, SignalsAreForwardedToTheCommand) {
+    TempDir d;
+    const auto mutex = unique_name("cli-signals");
+    Proc runner({"run", "-m", mutex, "--", "sh", "-c",
+                 "trap 'echo USR1 >> \"$D/sig\"' USR1; trap 'echo TERM >> \"$D/sig\"; exit 5' TERM; "
+                 "echo up > \"$D/started\"; while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    ASSERT_TRUE(eventually([&] { return exists(d.path + "/started"); }, 10000ms)) << runner.err();
+    ::kill(runner.pid(), SIGUSR1);
+    ASSERT_TRUE(eventually([&] { return slurp(d.path + "/sig") == "USR1\n"; }, 5000ms));
+    ::kill(runner.pid(), SIGTERM);
+    EXPECT_EQ(runner.wait(), 5) << "CMD's own status: " << runner.err();
+    EXPECT_EQ(slurp(d.path + "/sig"), "USR1\nTERM\n");
+    EXPECT_EQ(owner_of(mutex), "");
+    // A signal while still waiting: simba run stops waiting, 128+N.
+    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "holder", "--ttl", "30s"}).rc, 0);
+    Proc waiter({"run", "-m", mutex, "-v", "--", "true"});
+    ASSERT_TRUE(eventually([&] { return waiter.err().find("waiting for mutex") != std::string::npos; }, 5000ms));
+    ::kill(waiter.pid(), SIGINT);
+    EXPECT_EQ(waiter.wait(), 128 + SIGINT);
+}
+
+// ---------------------------------------------------- one-shot and status
+
+TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
+    const auto mutex = unique_name("cli-oneshot");
+    auto a = run({"acquire", "-m", mutex, "-c", "a", "--ttl", "30s"});
+    ASSERT_EQ(a.rc, 0) << a.err;
+    const long long fence = std::stoll(a.out);
+    EXPECT_GT(fence, 0);
+    EXPECT_EQ(run({"acquire", "-m", mutex, "-c", "b"}).rc, 75);
+    auto o = run({"owner", "-m", mutex});
+    EXPECT_EQ(o.rc, 0);
+    EXPECT_EQ(o.out, "a\n");
+    auto rb = run({"release", "-m", mutex, "-c", "b"});
+    EXPECT_EQ(rb.rc, 1);
+    EXPECT_NE(rb.err.find("held by a"), std::string::npos) << rb.err;
+    // The default contender id: $SIMBA_CONTENDER.
+    EXPECT_EQ(run({"release", "-m", mutex}, {"SIMBA_CONTENDER=a"}).rc, 0);
+    EXPECT_EQ(run({"owner", "-m", mutex}).rc, 1);
+    // --force: an application role lacks the privilege (77, with the GRANT to run) ...
+    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "a", "--ttl", "30s"}).rc, 0);
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        tx.exec0("DO $$ BEGIN CREATE ROLE regress_simba_cli_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+        tx.exec("SELECT simba_grant('regress_simba_cli_app')");
+    }
+    auto denied = run({"release", "--force", "-m", mutex, "--dsn", "user=regress_simba_cli_app"});
+    EXPECT_EQ(denied.rc, 77) << denied.err;
+    EXPECT_NE(denied.err.find("GRANT EXECUTE ON FUNCTION simba_force_release"), std::string::npos) << denied.err;
+    EXPECT_EQ(owner_of(mutex), "a");
+    // ... the superuser has it: the owner is cleared and the next holder gets the next fence.
+    EXPECT_EQ(run({"release", "--force", "-m", mutex}).rc, 0);
+    EXPECT_EQ(run({"release", "--force", "-m", mutex}).rc, 1) << "already free";
+    auto b = run({"acquire", "-m", mutex, "-c", "b"});
+    ASSERT_EQ(b.rc, 0);
+    EXPECT_EQ(std::stoll(b.out), fence + 2) << "a's second tenure was fence+1";
+    EXPECT_EQ(run({"release", "-m", mutex, "-c", "b"}).rc, 0);
+}
+
+TEST(CliStatus, JsonParsesAndWatchRedraws) {
+    const auto mutex = unique_name("cli-json \"quoted\"\\");
+    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "json-holder", "--ttl", "30s"}).rc, 0);
+    const auto key = unique_name("cli-json-sem");
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        tx.exec_params("SELECT simba_semaphore_acquire($1, 'sem-holder', 3, '30s', 'ctx \"q\"\n2')", key);
+    }
+    auto s = run({"status", "--json"});
+    ASSERT_EQ(s.rc, 0) << s.err;
+    mini_json::Value v = mini_json::parse(s.out);
+    bool found = false;
+    for (auto& m : v["mutexes"].a) {
+        if (m["mutex"].s != mutex) continue;
+        found = true;
+        EXPECT_EQ(m["owner"].s, "json-holder");
+        EXPECT_EQ(m["state"].s, "held");
+        EXPECT_GT(m["fence"].n, 0);
+        EXPECT_GT(m["time_left_seconds"].n, 20);
+        EXPECT_LE(m["time_left_seconds"].n, 36.5);
+        EXPECT_EQ(m["acquired_at"].kind, mini_json::Value::String);
+    }
+    EXPECT_TRUE(found) << s.out;
+    found = false;
+    for (auto& p : v["semaphores"].a) {
+        if (p["key"].s != key) continue;
+        found = true;
+        EXPECT_EQ(p["holder"].s, "sem-holder");
+        EXPECT_EQ(p["context"].s, "ctx \"q\"\n2");
+        EXPECT_EQ(p["permits"].n, 3);
+    }
+    EXPECT_TRUE(found) << s.out;
+    auto o = run({"owner", "-m", mutex, "--json"});
+    EXPECT_EQ(o.rc, 0);
+    EXPECT_EQ(mini_json::parse(o.out)["owner"].s, "json-holder");
+    auto a = run({"acquire", "-m", mutex, "-c", "other", "--json"});
+    EXPECT_EQ(a.rc, 75);
+    EXPECT_FALSE(mini_json::parse(a.out)["acquired"].b);
+    // The table view names the holder; --watch redraws until interrupted.
+    auto t = run({"status", "--mutex", mutex});
+    EXPECT_NE(t.out.find("json-holder"), std::string::npos) << t.out;
+    Proc watch({"status", "--watch", "--interval", "100ms", "--mutex", mutex});
+    auto redraws = [&] {
+        auto out = watch.out();
+        std::size_t n = 0;
+        for (auto p = out.find("Every 100ms"); p != std::string::npos; p = out.find("Every 100ms", p + 1)) ++n;
+        return n;
+    };
+    ASSERT_TRUE(eventually([&] { return redraws() >= 3; }, 5000ms)) << watch.out();
+    ::kill(watch.pid(), SIGINT);
+    EXPECT_EQ(watch.wait(), 0);
+    EXPECT_EQ(run({"release", "-m", mutex, "-c", "json-holder"}).rc, 0);
+}
+
+// ---------------------------------------------------------------- metrics
+
+TEST(CliMetrics, ServerExpositionParsesAndCounts) {
+    // A database of its own with simba.history on (the per-holder counters).
+    const std::string db = "simba_cli_metrics_" + std::to_string(::getpid());
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        tx.exec0("DROP DATABASE IF EXISTS " + db);
+        tx.exec0("CREATE DATABASE " + db);
+        tx.exec0("ALTER DATABASE " + db + " SET simba.history = on");
+    }
+    const std::string dsn = "dbname=" + db;
+    {
+        auto c = admin(dsn);
+    }
+    const std::string m = "metrics \"q\"";
+    ASSERT_EQ(run({"acquire", "-m", m, "-c", "a", "--dsn", dsn}).rc, 0);
+    ASSERT_EQ(run({"acquire", "-m", m, "-c", "b", "--dsn", dsn}).rc, 75);
+    ASSERT_EQ(run({"release", "-m", m, "-c", "a", "--dsn", dsn}).rc, 0);
+    ASSERT_EQ(run({"acquire", "-m", m, "-c", "b", "--ttl", "100ms", "--transition", "0", "--dsn", dsn}).rc, 0);
+    ASSERT_TRUE(eventually([&] { return run({"owner", "-m", m, "--dsn", dsn}).rc == 1; }, 5000ms));
+    auto late = run({"release", "-m", m, "-c", "b", "--dsn", dsn});
+    EXPECT_EQ(late.rc, 1);
+    EXPECT_NE(late.err.find("finished after the lease ended"), std::string::npos) << late.err;
+    ASSERT_EQ(run({"acquire", "-m", m, "-c", "a", "--ttl", "30s", "--dsn", dsn}).rc, 0);
+
+    auto x = run({"metrics", "--dsn", dsn});
+    ASSERT_EQ(x.rc, 0) << x.err;
+    auto r = prom_check::check(x.out);
+    ASSERT_TRUE(r.ok()) << r.error_text() << x.out;
+    EXPECT_EQ(r.value("simba_history_enabled"), 1);
+    EXPECT_EQ(r.value("simba_mutex_held", {{"mutex", m}}), 1);
+    EXPECT_EQ(r.value("simba_mutex_fence", {{"mutex", m}}), 3);
+    EXPECT_GT(r.value("simba_mutex_time_left_seconds", {{"mutex", m}}), 20);
+    EXPECT_EQ(r.value("simba_mutex_owner_info", {{"mutex", m}, {"owner", "a"}}), 1);
+    EXPECT_EQ(r.value("simba_mutex_acquisitions_total", {{"mutex", m}, {"holder", "a"}}), 2);
+    EXPECT_EQ(r.value("simba_mutex_releases_total", {{"mutex", m}, {"holder", "a"}}), 1);
+    EXPECT_EQ(r.value("simba_mutex_acquisitions_total", {{"mutex", m}, {"holder", "b"}}), 1);
+    EXPECT_EQ(r.value("simba_mutex_late_releases_total", {{"mutex", m}, {"holder", "b"}}), 1);
+    EXPECT_EQ(r.value("simba_mutex_releases_total", {{"mutex", m}, {"holder", "b"}}), 0);
+    EXPECT_EQ(r.value("simba_mutex_forced_releases_total", {{"mutex", m}, {"holder", "a"}}), 0);
+    EXPECT_GT(r.value("simba_mutex_last_event_timestamp_seconds", {{"mutex", m}, {"holder", "a"}}), 1.7e9);
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        tx.exec0("DROP DATABASE " + db + " WITH (FORCE)");
+    }
+}
+
+// The factory's own metrics (what simba run --metrics-file exports).
+TEST(ClientMetrics, CountersGaugesAndHandoff) {
+    simba::pg::ContendServiceFactory factory({}, test_options("metrics"));
+    const auto mutex = unique_name("client-metrics");
+    simba::ContendOptions opts;
+    opts.ttl = 300ms;
+    opts.transition = 200ms;
+    auto a = std::make_shared<Recorder>(mutex, "a");
+    auto b = std::make_shared<Recorder>(mutex, "b");
+    auto sa = factory.create(a, opts);
+    auto sb = factory.create(b, opts);
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& e) { return e.size() == 1; }, 5000ms));
+    sb->start();
+    // b finds it busy; a renews a few times.
+    ASSERT_TRUE(eventually([&] {
+        auto m = factory.metrics();
+        auto* mb = m.find(mutex, "b");
+        auto* ma = m.find(mutex, "a");
+        return mb && mb->busy >= 1 && ma && ma->renewals >= 2;
+    }, 5000ms));
+    auto m1 = factory.metrics();
+    const auto* ma = m1.find(mutex, "a");
+    ASSERT_NE(ma, nullptr);
+    EXPECT_TRUE(ma->is_owner);
+    EXPECT_EQ(ma->fence, sa->state().after.fence);
+    EXPECT_EQ(ma->acquired, 1u);
+    EXPECT_EQ(ma->attempts, 1u) << "renewals are not acquisition attempts";
+    EXPECT_EQ(ma->acquire_latency.count, 1u);
+    EXPECT_EQ(ma->handoff_latency.count, 0u) << "the mutex was free: no handoff";
+    EXPECT_FALSE(m1.find(mutex, "b")->is_owner);
+    // a stops: released; b acquires through the NOTIFY: one handoff, quick.
+    sa->stop();
+    ASSERT_TRUE(b->wait([](auto& e) { return e.size() == 1 && e[0].acquired; }, 5000ms));
+    auto m2 = factory.metrics();
+    const auto* a2 = m2.find(mutex, "a");
+    const auto* b2 = m2.find(mutex, "b");
+    EXPECT_EQ(a2->released, 1u);
+    EXPECT_EQ(a2->lost, 0u);
+    EXPECT_FALSE(a2->is_owner);
+    EXPECT_EQ(a2->fence, 0);
+    EXPECT_EQ(b2->acquired, 1u);
+    EXPECT_TRUE(b2->is_owner);
+    EXPECT_EQ(b2->fence, ma->fence + 1);
+    ASSERT_EQ(b2->handoff_latency.count, 1u);
+    EXPECT_LT(b2->handoff_latency.sum_seconds, 0.25) << "a NOTIFY handoff, not a poll";
+    EXPECT_GE(b2->attempts, b2->busy + 1);
+    // A forced release: b's renewal finds the mutex free and takes a new tenure -> lost 1, acquired 2.
+    {
+        auto c = admin();
+        pqxx::nontransaction tx(*c);
+        ASSERT_TRUE(tx.exec_params1("SELECT simba_force_release($1)", mutex)[0].as<bool>());
+    }
+    ASSERT_TRUE(eventually([&] { return factory.metrics().find(mutex, "b")->acquired == 2; }, 5000ms));
+    auto m3 = factory.metrics();
+    EXPECT_EQ(m3.find(mutex, "b")->lost, 1u);
+    EXPECT_TRUE(m3.find(mutex, "b")->is_owner);
+    sb->stop();
+    auto m4 = factory.metrics();
+    EXPECT_EQ(m4.find(mutex, "b")->released, 1u);
+    EXPECT_FALSE(m4.find(mutex, "b")->is_owner);
+    auto text = simba::to_prometheus(m4, {{"instance", "test"}});
+    auto r = prom_check::check(text);
+    EXPECT_TRUE(r.ok()) << r.error_text();
+    EXPECT_EQ(r.value("simba_client_acquired_total", {{"mutex", mutex}, {"contender", "b"}}), 2);
+}
