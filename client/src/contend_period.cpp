@@ -13,7 +13,9 @@ ContendPeriod::ContendPeriod(std::string contender_id, Jitter jitter, std::uint6
     : contender_id_(std::move(contender_id)), jitter_(jitter), rng_(seed) {}
 
 SteadyClock::duration ContendPeriod::owner_delay(const MutexOwner& owner, SteadyClock::time_point now) {
-    return owner.ttl_deadline() - now;
+    const auto lease = owner.transition_at - owner.acquired_at;
+    const auto latest = owner.transition_deadline() - std::chrono::duration_cast<SteadyClock::duration>(lease / 4);
+    return std::min(owner.ttl_deadline(), latest) - now;
 }
 
 std::chrono::milliseconds ContendPeriod::sample_jitter(const MutexOwner& owner) {

@@ -108,6 +108,17 @@ private:
     void run() {
         std::unique_lock<std::mutex> lock(m_);
         for (;;) {
+            // Due timed tasks (lease deadlines) go first: a callback queued
+            // after a deadline passed (another service's on_acquired) must
+            // not run before that deadline's on_released.
+            if (!closed_ && !timed_.empty() && timed_.top().at <= SteadyClock::now()) {
+                auto fn = std::move(const_cast<Timed&>(timed_.top()).fn);
+                timed_.pop();
+                lock.unlock();
+                safe_run(fn);
+                lock.lock();
+                continue;
+            }
             if (!queue_.empty()) {
                 auto fn = std::move(queue_.front());
                 queue_.pop_front();
@@ -117,15 +128,6 @@ private:
                 continue;
             }
             if (closed_) return;
-            auto now = SteadyClock::now();
-            if (!timed_.empty() && timed_.top().at <= now) {
-                auto fn = std::move(const_cast<Timed&>(timed_.top()).fn);
-                timed_.pop();
-                lock.unlock();
-                safe_run(fn);
-                lock.lock();
-                continue;
-            }
             if (timed_.empty()) {
                 cv_.wait(lock);
             } else {
@@ -393,6 +395,9 @@ struct ContendServiceFactory::Core final : detail::Io {
                 auto c = s->contender;
                 emit(s, [c, st] { c->on_released(st); });
             }
+            // Run it now, not behind callbacks queued meanwhile (we are on
+            // the handle thread; the queued drain then finds nothing).
+            drain_all(*s);
             // Logged outside the lock: the log handler is user code.
             log(LogLevel::warning, "lease of " + s->id + " on mutex " + s->mutex +
                                        " reached its deadline without a renewal: released");

@@ -36,6 +36,17 @@ TEST(ContendPeriod, OwnerDelayIsTtlAtMinusNow) {
     for (int i = 0; i < 100; ++i) EXPECT_EQ(duration_cast<milliseconds>(p.ensure_next_delay(o, t0)), 5000ms);
 }
 
+TEST(ContendPeriod, OwnerRenewsWithAQuarterOfTheLeaseLeftWhenTransitionIsShort) {
+    auto t0 = SteadyClock::now();
+    ContendPeriod p("me");
+    // No transition: ttl_at is the lease's end; renew at 3/4 of it instead.
+    EXPECT_EQ(duration_cast<milliseconds>(p.next_delay(owner_row("me", 1000ms, 0ms, t0), t0)), 750ms);
+    // A transition shorter than a quarter of the lease: transition_at - lease/4.
+    EXPECT_EQ(duration_cast<milliseconds>(p.next_delay(owner_row("me", 1000ms, 100ms, t0), t0)), 825ms);
+    // Long enough (>= a third of ttl): exactly ttl_at, as in Simba.
+    EXPECT_EQ(duration_cast<milliseconds>(p.next_delay(owner_row("me", 900ms, 300ms, t0), t0)), 900ms);
+}
+
 TEST(ContendPeriod, ServerTimesAreCarriedOntoTheSteadyClock) {
     // The decision time (current_at) may be far from any client clock: only
     // differences between server times matter.

@@ -1,6 +1,9 @@
 // simba client: ContendPeriod, when to attempt next.
 //
-// owner:     delay = ttl_at - now                     (renew as the ttl ends)
+// owner:     delay = min(ttl_at, transition_at - lease/4) - now
+//            (renew as the ttl ends, but with a quarter of the lease
+//            ttl + transition still left to do it in: with a short or zero
+//            transition, ttl_at is the lease's end and too late to renew)
 // contender: delay = transition_at - now + jitter     (jitter uniform in
 //            [jitter.min, jitter.max), default [-200 ms, 1000 ms); when the
 //            mutex has no transition window, [zero_transition.min, .max),
@@ -46,7 +49,7 @@ public:
     [[nodiscard]] SteadyClock::duration ensure_next_delay(const MutexOwner& owner,
                                                           SteadyClock::time_point now = SteadyClock::now());
 
-    /// Owner case only: ttl deadline - now.
+    /// Owner case only: min(ttl deadline, transition deadline - lease/4) - now.
     [[nodiscard]] static SteadyClock::duration owner_delay(const MutexOwner& owner,
                                                            SteadyClock::time_point now);
     /// Contender case only: transition deadline - now + jitter.
