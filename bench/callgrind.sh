@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Instruction counts of the acquire + release path, free of machine noise:
+# one PostgreSQL backend in single-user mode under valgrind --tool=callgrind
+# runs N pairs of prepared EXECUTEs (the statements of benchmark 1) for
+#   floor            the bare conditional UPDATE ... RETURNING + release UPDATE
+#                    on a copy of simba_mutex without triggers
+#   simba            simba_acquire + simba_release as installed (the history
+#                    triggers fire; the C function returns at once for renewals
+#                    and while simba.history is off)
+#   simba_notrigger  the same, with simba_mutex's triggers disabled
+# and prints instructions per pair and the ratio to the floor. Not part of
+# `make bench` (about 2 minutes); needs valgrind and the installed extension.
+#
+#   bench/callgrind.sh [PAIRS]        (default 2000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pairs=${1:-2000}
+command -v valgrind >/dev/null || { echo "bench/callgrind.sh: install valgrind (apt-get install valgrind)" >&2; exit 1; }
+PG_CONFIG=${PG_CONFIG:-pg_config}
+bin=$("$PG_CONFIG" --bindir)
+out=$PWD/build/bench-results/callgrind
+mkdir -p "$out"
+dir=$(mktemp -d "${TMPDIR:-/tmp}/simba-cg.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+single() { as_pg "$bin/postgres" --single -c fsync=off -D "$dir/data" postgres; }
+sql() { echo "$1" | single >/dev/null 2>"$dir/err" || { cat "$dir/err" >&2; exit 1; }; }
+
+sql "CREATE EXTENSION simba"
+sql "CREATE TABLE bench_floor (LIKE simba_mutex INCLUDING ALL) WITH (fillfactor = 50)"
+sql "INSERT INTO bench_floor (mutex) SELECT 'bm' || i FROM generate_series(0, 999) i"
+sql "SELECT count(simba_release('bm' || i, 'setup')) FROM generate_series(0, 999) i, LATERAL simba_acquire('bm' || i, 'setup') o"
+
+workload() { # header-file -> workload on stdout: N random pairs, the same for every variant
+  cat "$1"
+  awk -v n="$pairs" 'BEGIN { srand(1); for (i = 0; i < n; i++) { m = int(rand() * 1000);
+    printf "EXECUTE acq('"'"'bm%d'"'"', '"'"'c1'"'"', '"'"'10 s'"'"', '"'"'6 s'"'"');\nEXECUTE rel('"'"'bm%d'"'"', '"'"'c1'"'"');\n", m, m } }'
+}
+cat > "$dir/simba.h.sql" <<'SQL'
+PREPARE acq(text, text, interval, interval) AS SELECT o.owner_id FROM simba_acquire($1, $2, $3, $4) AS o;
+PREPARE rel(text, text) AS SELECT simba_release($1, $2);
+SQL
+cat > "$dir/floor.h.sql" <<'SQL'
+PREPARE acq(text, text, interval, interval) AS UPDATE bench_floor AS m SET owner_id = $2, acquired_at = c.t, ttl_at = c.t + $3::interval, transition_at = c.t + $3::interval + $4::interval, version = m.version + 1, fence = m.fence + CASE WHEN m.owner_id = $2 AND m.transition_at > c.t THEN 0 ELSE 1 END FROM (SELECT pg_catalog.clock_timestamp() AS t) AS c WHERE m.mutex = $1 AND (m.owner_id IS NULL OR m.owner_id = $2 OR m.transition_at <= c.t) RETURNING m.owner_id, m.mutex, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, c.t;
+PREPARE rel(text, text) AS WITH u AS (UPDATE bench_floor AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1 WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp() RETURNING m.mutex) SELECT pg_catalog.pg_notify('simba_floor', u.mutex) FROM u;
+SQL
+workload "$dir/simba.h.sql" > "$dir/simba.sql"
+workload "$dir/floor.h.sql" > "$dir/floor.sql"
+
+measure() { # name workload -> instructions
+  as_pg valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$bin/postgres" --single -c fsync=off \
+    -D "$dir/data" postgres < "$2" > "$dir/$1.log" 2>&1
+  cp "$dir/cg.out" "$out/callgrind.$1.out"
+  sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' "$dir/$1.log" | tr -d ,
+}
+declare -A ir
+ir[floor]=$(measure floor "$dir/floor.sql")
+ir[simba]=$(measure simba "$dir/simba.sql")
+sql "ALTER TABLE simba_mutex DISABLE TRIGGER USER"
+ir[simba_notrigger]=$(measure simba_notrigger "$dir/simba.sql")
+
+printf '\nInstruction counts (callgrind, single-user backend, %d acquire+release pairs incl. per-statement overhead)\n' "$pairs"
+printf '%-16s  %14s  %14s  %9s\n' variant instructions per-pair /floor
+printf '%s\n' "-------------------------------------------------------------"
+for v in floor simba simba_notrigger; do
+  [ -n "${ir[$v]:-}" ] || continue
+  awk -v v="$v" -v i="${ir[$v]}" -v f="${ir[floor]}" -v n="$pairs" \
+    'BEGIN { printf "%-16s  %14d  %14d  %9.2f\n", v, i, i / n, i / f }'
+done
+echo "callgrind outputs: $out/callgrind.*.out (callgrind_annotate --inclusive=yes FILE)"

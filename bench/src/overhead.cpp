@@ -1,0 +1,108 @@
+// Benchmark 5: client overhead — Locker acquire + release versus the same two
+// statements (the client's own SQL text) sent with raw libpq, one at a time.
+//
+//   locker      { Locker l(factory, m); l.acquire(); }   (RAII: construct,
+//               acquire, destructor releases)
+//   locker-reuse  one Locker per mutex kept across iterations: acquire(); release()
+//   libpq       PQexecPrepared(acquire) + PQexecPrepared(release)
+// Batches alternate; the result is the median per-operation latency over
+// all batches, and the ratio to libpq.
+#include <simba/simba.hpp>
+
+#include <map>
+
+#include "common.hpp"
+
+using namespace bench;
+
+namespace {
+
+const char* kAcquireSql =
+    "SELECT o.mutex, o.owner_id,"
+    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
+    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
+    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
+    " o.version, o.fence,"
+    " (extract(epoch FROM o.current_at) * 1000000)::int8"
+    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
+    " $4::int8 * interval '1 microsecond') AS o";
+const char* kReleaseSql = "SELECT simba_release($1, $2)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int batches = static_cast<int>(arg_d(argc, argv, "batches", 6));
+    int per = static_cast<int>(arg_d(argc, argv, "ops", 300));
+    int mutexes = 100;
+    std::string json_path = arg(argc, argv, "json", "");
+    Conn raw;
+    raw.exec("SET client_min_messages = warning");
+    raw.exec("CREATE EXTENSION IF NOT EXISTS simba");
+    raw.exec("SET statement_timeout = 2000");  // as the factory does
+    raw.prepare("acq", kAcquireSql);
+    raw.prepare("rel", kReleaseSql);
+    simba::pg::ContendServiceFactory factory;
+    if (!factory.wait_connected(std::chrono::seconds(10))) throw std::runtime_error("factory did not connect");
+    std::vector<std::string> names;
+    for (int i = 0; i < mutexes; ++i) names.push_back("bench-ov-" + std::to_string(i));
+    const std::string raw_id = "raw-client", ttl = "10000000", tr = "6000000";
+    std::vector<std::unique_ptr<simba::Locker>> kept;
+    for (int i = 0; i < mutexes; ++i)
+        kept.push_back(std::make_unique<simba::Locker>(factory, names[i], "reuse-" + std::to_string(i)));
+
+    std::map<std::string, std::vector<double>> lat;  // microseconds per op
+    std::map<std::string, std::vector<double>> rate;
+    const std::vector<std::string> order = {"libpq", "locker", "locker-reuse"};
+    std::printf("benchmark 5: %d alternating batches x %d acquire+release\n", batches, per);
+    std::fflush(stdout);
+    for (int b = 0; b < batches + 1; ++b) {  // batch 0 warms up and is dropped
+        for (std::size_t k = 0; k < order.size(); ++k) {
+            const std::string& v = order[(k + b) % order.size()];
+            std::vector<double> ops;
+            double t0 = now_us();
+            for (int i = 0; i < per; ++i) {
+                const std::string& m = names[i % mutexes];
+                double s = now_us();
+                if (v == "libpq") {
+                    const char* p[] = {m.c_str(), raw_id.c_str(), ttl.c_str(), tr.c_str()};
+                    std::string owner;
+                    raw.run("acq", 4, p, &owner);
+                    const char* q[] = {m.c_str(), raw_id.c_str()};
+                    raw.run("rel", 2, q);
+                } else if (v == "locker") {
+                    simba::Locker l(factory, m, "locker-client");
+                    l.acquire();
+                } else {
+                    kept[i % mutexes]->acquire();
+                    kept[i % mutexes]->release();
+                }
+                ops.push_back(now_us() - s);
+            }
+            double secs = (now_us() - t0) / 1e6;
+            if (b == 0) continue;
+            lat[v].insert(lat[v].end(), ops.begin(), ops.end());
+            rate[v].push_back(per / secs);
+        }
+    }
+    Table t;
+    t.rows.push_back({"path", "ops", "p50 us", "p90 us", "p99 us", "mean us", "ops/s", "p50 / libpq", "mean / libpq"});
+    auto base = summarize(lat["libpq"]);
+    std::string json = "{\"batches\": " + std::to_string(batches) + ", \"ops_per_batch\": " + std::to_string(per) +
+                       ", \"results\": [";
+    bool first = true;
+    for (auto& v : order) {
+        auto s = summarize(lat[v]);
+        double r = median(rate[v]);
+        t.rows.push_back({v, std::to_string(s.n), fmt(s.p50, 0), fmt(s.p90, 0), fmt(s.p99, 0), fmt(s.mean, 0),
+                          fmt(r, 0), fmt(s.p50 / base.p50), fmt(s.mean / base.mean)});
+        json += std::string(first ? "" : ", ") + "{\"path\": " + json_str(v) + ", \"latency_us\": " +
+                json_summary(s) + ", \"ops_per_s\": " + json_num(r) + ", \"p50_ratio\": " +
+                json_num(s.p50 / base.p50) + ", \"mean_ratio\": " + json_num(s.mean / base.mean) + "}";
+        first = false;
+    }
+    json += "]}";
+    t.print("Benchmark 5 — client overhead, acquire + release one at a time (target: Locker <= 1.15x raw libpq)");
+    write_file(json_path, json);
+    kept.clear();
+    return 0;
+}

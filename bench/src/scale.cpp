@@ -1,0 +1,141 @@
+// Benchmark 4: scale of one process — N mutex services in one factory.
+//
+// N services on N/2 mutexes: every mutex has one owner and one waiter in
+// this process (ttl 10 s, transition 6 s by default). After a warm-up the
+// steady state is measured over a window: threads (/proc/self/status),
+// connections (the factory and pg_stat_activity), RSS, CPU % of this
+// process and of its server backends, and the statements reaching the
+// server (pg_stat_statements, top level). Owner statements are renewals
+// (sum of version over the mutexes); waiter statements are the rest.
+#include <simba/simba.hpp>
+
+#include "common.hpp"
+
+using namespace bench;
+
+namespace {
+
+struct Snapshot {
+    double t = 0;
+    double acquire_calls = 0, other_calls = 0, versions = 0, cpu = 0, server_cpu = 0;
+};
+
+std::vector<long> backend_pids(Conn& mon, const std::string& app) {
+    std::vector<long> out;
+    PGresult* r = PQexec(mon.c, ("SELECT pid FROM pg_stat_activity WHERE application_name = '" + app + "'").c_str());
+    for (int i = 0; i < PQntuples(r); ++i) out.push_back(std::atol(PQgetvalue(r, i, 0)));
+    PQclear(r);
+    return out;
+}
+
+Snapshot snap(Conn& mon, const std::string& prefix, const std::vector<long>& pids) {
+    Snapshot s;
+    s.t = now_us();
+    s.acquire_calls = std::stod(mon.value(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%simba_acquire(%'"
+        " AND query NOT LIKE '%pg_stat_statements%'"));
+    s.other_calls = std::stod(mon.value(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%simba_acquire(%'"
+        " AND query NOT LIKE '%pg_stat%' AND query NOT LIKE '%simba_mutex%'"));
+    s.versions = std::stod(mon.value("SELECT coalesce(sum(version), 0) FROM simba_mutex WHERE mutex LIKE '" +
+                                     prefix + "%'"));
+    s.cpu = cpu_seconds();
+    for (long p : pids) s.server_cpu += proc_cpu_seconds(p);
+    return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    auto sizes = arg_list(argc, argv, "services", "1000,10000");
+    double ttl_s = arg_d(argc, argv, "ttl", 10), tr_s = arg_d(argc, argv, "transition", 6);
+    double warmup = arg_d(argc, argv, "warmup", 15), window = arg_d(argc, argv, "window", 20);
+    std::string json_path = arg(argc, argv, "json", "");
+    Conn mon;
+    mon.exec("SET client_min_messages = warning");
+    mon.exec("CREATE EXTENSION IF NOT EXISTS simba");
+    mon.exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    simba::set_log_handler([](simba::LogLevel level, const std::string& msg) {
+        if (level == simba::LogLevel::warning || level == simba::LogLevel::error)
+            std::fprintf(stderr, "simba %s: %s\n", simba::to_string(level), msg.c_str());
+    });
+
+    std::printf("benchmark 4: N services on N/2 mutexes in one factory, ttl %.0f s, transition %.0f s,"
+                " warm-up %.0f s, window %.0f s\n", ttl_s, tr_s, warmup, window);
+    std::fflush(stdout);
+    Table t;
+    t.rows.push_back({"services", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
+                      "owner stmt/ttl", "waiter stmt/(ttl+tr)", "other stmts/s", "start s", "stop s"});
+    std::string json = "{\"ttl_s\": " + json_num(ttl_s) + ", \"transition_s\": " + json_num(tr_s) +
+                       ", \"window_s\": " + json_num(window) + ", \"results\": [";
+    for (std::size_t si = 0; si < sizes.size(); ++si) {
+        int n = sizes[si];
+        const std::string prefix = "bench-scale-" + std::to_string(n) + "-";
+        const std::string app = "simba-bench-scale-" + std::to_string(n);
+        int threads0 = thread_count();
+        long rss0 = rss_kb();
+        simba::pg::FactoryOptions fo;
+        fo.application_name = app;
+        double t_start = now_us();
+        std::vector<std::unique_ptr<simba::MutexContendService>> svcs;
+        {
+            simba::pg::ContendServiceFactory factory("", fo);
+            factory.wait_connected(std::chrono::seconds(10));
+            simba::ContendOptions o;
+            o.ttl = std::chrono::milliseconds(static_cast<long>(ttl_s * 1000));
+            o.transition = std::chrono::milliseconds(static_cast<long>(tr_s * 1000));
+            std::atomic<int> owners{0};
+            for (int i = 0; i < n; ++i) {
+                auto c = std::make_shared<simba::FunctionContender>(
+                    prefix + std::to_string(i / 2), [&owners](const simba::MutexState&) { owners++; },
+                    [&owners](const simba::MutexState&) { owners--; },
+                    (i % 2 ? "w-" : "o-") + std::to_string(i / 2));
+                svcs.push_back(factory.create(c, o));
+                svcs.back()->start();
+            }
+            while (owners.load() < n / 2 && now_us() - t_start < 60e6) sleep_ms(10);
+            double started = (now_us() - t_start) / 1e6;
+            sleep_ms(std::max(0.0, warmup * 1000 - (now_us() - t_start) / 1000));
+            auto pids = backend_pids(mon, app);
+            auto a = snap(mon, prefix, pids);
+            int threads = thread_count() - threads0;
+            sleep_ms(window * 1000);
+            auto b = snap(mon, prefix, pids);
+            double secs = (b.t - a.t) / 1e6;
+            int conns = factory.connection_count();
+            long server_conns = static_cast<long>(pids.size());
+            long rss = rss_kb();
+            double stmts = (b.acquire_calls - a.acquire_calls) / secs;
+            double renewals = (b.versions - a.versions) / secs;
+            double waiter_stmts = stmts - renewals;
+            double owner_per_ttl = renewals / (n / 2) * ttl_s;
+            double waiter_per_lease = waiter_stmts / (n - n / 2) * (ttl_s + tr_s);
+            double cpu = (b.cpu - a.cpu) / secs * 100, scpu = (b.server_cpu - a.server_cpu) / secs * 100;
+            double other = (b.other_calls - a.other_calls) / secs;
+            double t_stop = now_us();
+            for (auto& s : svcs) s->stop();
+            double stopped = (now_us() - t_stop) / 1e6;
+            svcs.clear();
+            t.rows.push_back({std::to_string(n), std::to_string(threads),
+                              std::to_string(conns) + " (server " + std::to_string(server_conns) + ")",
+                              fmt(rss / 1024.0, 1) + " (+" + fmt((rss - rss0) / 1024.0, 1) + ")", fmt(cpu, 1),
+                              fmt(scpu, 1), fmt(stmts, 1), fmt(owner_per_ttl, 2), fmt(waiter_per_lease, 2),
+                              fmt(other, 2), fmt(started, 2), fmt(stopped, 2)});
+            json += std::string(si ? ", " : "") + "{\"services\": " + std::to_string(n) + ", \"threads\": " +
+                    std::to_string(threads) + ", \"connections\": " + std::to_string(conns) +
+                    ", \"server_connections\": " + std::to_string(server_conns) + ", \"rss_mb\": " +
+                    json_num(rss / 1024.0) + ", \"rss_growth_mb\": " + json_num((rss - rss0) / 1024.0) +
+                    ", \"client_cpu_pct\": " + json_num(cpu) + ", \"server_cpu_pct\": " + json_num(scpu) +
+                    ", \"statements_per_s\": " + json_num(stmts) + ", \"renewals_per_s\": " + json_num(renewals) +
+                    ", \"owner_statements_per_ttl\": " + json_num(owner_per_ttl) +
+                    ", \"waiter_statements_per_ttl_plus_transition\": " + json_num(waiter_per_lease) +
+                    ", \"other_statements_per_s\": " + json_num(other) + ", \"start_s\": " + json_num(started) +
+                    ", \"stop_s\": " + json_num(stopped) + "}";
+        }
+    }
+    json += "]}";
+    t.print("Benchmark 4 — one process, one factory (threads = added by the factory; targets: 2 connections, fixed "
+            "threads, owner <= 1 stmt/ttl, waiter <= 1 stmt/(ttl+transition), RSS < 64 MB at 10,000)");
+    write_file(json_path, json);
+    return 0;
+}
