@@ -5,9 +5,11 @@
 // regress_simba_tck_<tag>, granted with simba_grant, whose connections carry
 // application_name <tag>; cutting a client off = ALTER ROLE ... NOLOGIN and
 // pg_terminate_backend of the role's sessions, so its reconnects fail too.
-#include <pqxx/pqxx>
+#include <libpq-fe.h>
 
+#include <algorithm>
 #include <mutex>
+#include <pqxx/pqxx>
 #include <thread>
 
 #include "simba/tck/postgres.hpp"
@@ -50,16 +52,40 @@ const char* const kRowSql =
 
 std::int64_t or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
 
+/// Column `column` of a PgBouncer admin console command's rows, those where it
+/// equals `only` (all rows when `only` is empty). Plain libpq: libpqxx refuses
+/// the console's own server version.
+std::vector<std::string> pooler_rows(const std::string& pooler_dsn, const char* command, const char* column,
+                                     const std::string& only) {
+    std::vector<std::string> out;
+    PGconn* c = PQconnectdb((pooler_dsn + " dbname=pgbouncer").c_str());
+    PGresult* r = PQstatus(c) == CONNECTION_OK ? PQexec(c, command) : nullptr;
+    const int col = r ? PQfnumber(r, column) : -1;
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || col < 0) {
+        std::string err = PQerrorMessage(c);
+        if (r) PQclear(r);
+        PQfinish(c);
+        throw std::runtime_error(std::string("pgbouncer console ") + command + ": " + err);
+    }
+    for (int i = 0; i < PQntuples(r); ++i)
+        if (only.empty() || only == PQgetvalue(r, i, col)) out.emplace_back(PQgetvalue(r, i, col));
+    PQclear(r);
+    PQfinish(c);
+    return out;
+}
+
 }  // namespace
 
-Backend postgres_backend() {
+Backend postgres_backend() { return detail::postgres_backend_via("Postgres", "", {SIMBA_TCK_POSTGRES_WORKER}); }
+
+Backend detail::postgres_backend_via(std::string name, std::string pooler_dsn, std::vector<std::string> worker) {
     auto admin = std::make_shared<Admin>();
     Backend b;
-    b.name = "Postgres";
-    b.worker_command = {SIMBA_TCK_POSTGRES_WORKER};
+    b.name = std::move(name);
+    b.worker_command = std::move(worker);
     b.fixed_connections = pg::ContendServiceFactory::max_connections;
 
-    b.make_factory = [admin](const std::string& tag) -> std::unique_ptr<ContendServiceFactory> {
+    b.make_factory = [admin, pooler_dsn](const std::string& tag) -> std::unique_ptr<ContendServiceFactory> {
         const auto role = role_of(tag);
         admin->with([&](pqxx::connection& c) {
             pqxx::nontransaction tx(c);
@@ -73,14 +99,31 @@ Backend postgres_backend() {
         o.application_name = tag;
         o.reconnect_initial = std::chrono::milliseconds(50);
         o.reconnect_max = std::chrono::milliseconds(200);
-        return std::make_unique<pg::ContendServiceFactory>("user=" + role, o);
+        if (pooler_dsn.empty()) return std::make_unique<pg::ContendServiceFactory>("user=" + role, o);
+        // Statements through the pooler, LISTEN on a direct connection.
+        o.pooled = true;
+        o.listen_conninfo = "user=" + role;
+        return std::make_unique<pg::ContendServiceFactory>(pooler_dsn + " user=" + role, o);
     };
 
-    b.server_connections = [admin](const std::string& tag) {
-        return admin->with([&](pqxx::connection& c) {
+    b.server_connections = [admin, pooler_dsn](const std::string& tag) {
+        const auto role = role_of(tag);
+        if (pooler_dsn.empty()) {
+            return admin->with([&](pqxx::connection& c) {
+                pqxx::nontransaction tx(c);
+                return tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role)[0].as<int>();
+            });
+        }
+        // Through the pooler: the client's connections to the pooler, plus
+        // its direct ones (the role's backends that are not pooler servers).
+        const auto pooled = pooler_rows(pooler_dsn, "SHOW CLIENTS", "user", role);
+        const auto servers = pooler_rows(pooler_dsn, "SHOW SERVERS", "remote_pid", "");
+        return static_cast<int>(pooled.size()) + admin->with([&](pqxx::connection& c) {
             pqxx::nontransaction tx(c);
-            return tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role_of(tag))[0]
-                .as<int>();
+            int direct = 0;
+            for (const auto& r : tx.exec_params("SELECT pid::text FROM pg_stat_activity WHERE usename = $1", role))
+                direct += std::find(servers.begin(), servers.end(), r[0].as<std::string>()) == servers.end();
+            return direct;
         });
     };
 

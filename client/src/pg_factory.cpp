@@ -196,6 +196,13 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o) {
     return out;
 }
 
+/// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
+/// statement connection's; empty for "none" (poll only).
+std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {
+    if (o.listen_conninfo == "none") return {};
+    return build_conninfo(o.listen_conninfo.empty() ? user : o.listen_conninfo, o);
+}
+
 std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
 
 const char* const kAcquireSql =
@@ -300,7 +307,9 @@ using ServicePtr = std::shared_ptr<ServiceCore>;
 
 struct ContendServiceFactory::Core final : detail::Io {
     Core(std::string user_conninfo, FactoryOptions o)
-        : options(std::move(o)), conninfo(build_conninfo(user_conninfo, options)) {
+        : options(std::move(o)),
+          conninfo(build_conninfo(user_conninfo, options)),
+          listen_info(listen_conninfo_for(user_conninfo, options)) {
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (wake_fd < 0) throw Error("eventfd failed");
         backoff = options.reconnect_initial;
@@ -611,7 +620,9 @@ struct ContendServiceFactory::Core final : detail::Io {
         if (might_own && up) {
             try {
                 pqxx::nontransaction tx(*stmt);
-                bool released = tx.exec_prepared1("simba_release", svc->mutex, svc->id)[0].as<bool>();
+                bool released = (options.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
+                                                : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
+                                    .as<bool>();
                 // false: the lease had ended (expired or taken over) before this release.
                 simba::detail::MetricsCell::inc(released ? svc->metrics->released : svc->metrics->late_releases);
                 log(LogLevel::debug, "release of " + svc->mutex + " by " + svc->id + ": " +
@@ -644,9 +655,11 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto anchor = SteadyClock::now();
         try {
             pqxx::nontransaction tx(*stmt);
-            auto row = tx.exec_prepared1("simba_acquire", svc->mutex, svc->id,
-                                         static_cast<std::int64_t>(svc->options.ttl.count()),
-                                         static_cast<std::int64_t>(svc->options.transition.count()));
+            const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
+            const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
+            // Behind a transaction pooler a prepared statement may be on another server connection.
+            auto row = options.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
+                                      : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition);
             tx.commit();
             MutexOwner o = parse_owner(row, svc->mutex, anchor);
             apply(svc, o);
@@ -709,17 +722,21 @@ struct ContendServiceFactory::Core final : detail::Io {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
             stmt->inhibit_reactivation(true);  // a silent reconnect would lose our session settings
 #pragma GCC diagnostic pop
-            applied_timeout_ms = -1;
-            apply_statement_timeout();
-            stmt->prepare("simba_acquire", kAcquireSql);
-            stmt->prepare("simba_release", kReleaseSql);
-            listen = std::make_unique<pqxx::connection>(conninfo);
-            open_connections.store(2);
+            if (!options.pooled) {  // a pooler shares the session: no settings, no prepared statements
+                applied_timeout_ms = -1;
+                apply_statement_timeout();
+                stmt->prepare("simba_acquire", kAcquireSql);
+                stmt->prepare("simba_release", kReleaseSql);
+            }
+            if (!listen_info.empty()) {
+                listen = std::make_unique<pqxx::connection>(listen_info);
+                open_connections.store(2);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-            listen->inhibit_reactivation(true);
+                listen->inhibit_reactivation(true);
 #pragma GCC diagnostic pop
-            receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
+                receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
+            }
             backoff = options.reconnect_initial;
             connects.fetch_add(1);
             set_up(true);
@@ -741,7 +758,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto t = options.statement_timeout;
         for (auto& s : services) t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(s->lease() / 2)));
         stmt_timeout_ms.store(t.count());
-        if (up) {
+        if (up && !options.pooled) {
             try {
                 apply_statement_timeout();
             } catch (const std::exception& e) {
@@ -869,6 +886,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     // Configuration.
     FactoryOptions options;
     std::string conninfo;
+    std::string listen_info;  // empty: poll only
 
     Executor executor;
 

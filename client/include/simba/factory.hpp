@@ -33,6 +33,18 @@ std::shared_ptr<Io> io_of(ContendServiceFactory& factory);
 }  // namespace detail
 
 struct FactoryOptions {
+    /// Where LISTEN simba (push wake-ups) connects. Empty: the same as the
+    /// connection string. Behind a transaction-pooling PgBouncer LISTEN needs
+    /// a direct connection to the server: give its connection string here,
+    /// or "none" to poll only (a release then reaches waiters at their next
+    /// poll instead of at once).
+    std::string listen_conninfo;
+    /// The connection string leads to a transaction-pooling pooler (PgBouncer
+    /// pool_mode = transaction): statements go unprepared and no session
+    /// setting is made, so statement_timeout is not set by the factory — set
+    /// it on the role (ALTER ROLE app SET statement_timeout = '2s') or use the
+    /// pooler's query_timeout. Lease deadlines hold either way.
+    bool pooled = false;
     /// Sent as application_name on both connections (unless the connection
     /// string sets one); lets operators and tests find them in pg_stat_activity.
     std::string application_name = "simba-client";

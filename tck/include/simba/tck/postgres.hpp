@@ -11,4 +11,16 @@ namespace simba::tck {
 /// <tag>: cut_off_client = ALTER ROLE NOLOGIN + pg_terminate_backend.
 Backend postgres_backend();
 
+/// The same server behind a transaction-pooling PgBouncer, whose connection
+/// string is $SIMBA_POOLER_DSN (test/with-pgbouncer.sh): the factory's
+/// statements go through the pooler (FactoryOptions::pooled), LISTEN over a
+/// direct connection. server_connections counts the client's connections to
+/// the pooler plus its direct ones.
+Backend pgbouncer_backend();
+
+namespace detail {
+/// postgres_backend(), optionally through a pooler (empty: direct).
+Backend postgres_backend_via(std::string name, std::string pooler_dsn, std::vector<std::string> worker_command);
+}  // namespace detail
+
 }  // namespace simba::tck

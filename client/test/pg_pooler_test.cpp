@@ -1,0 +1,135 @@
+// The factory and the semaphore through a transaction-pooling PgBouncer
+// (test/with-pgbouncer.sh, SIMBA_POOLER_DSN): statements go through the
+// pooler unprepared, LISTEN over a direct connection or not at all.
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <future>
+
+#include "pg_support.hpp"
+
+using namespace simba_test;
+
+namespace {
+
+std::string pooler() {
+    const char* dsn = std::getenv("SIMBA_POOLER_DSN");
+    return dsn ? dsn : "";
+}
+
+/// The server itself, bypassing the pooler (libpq's environment).
+std::string direct() { return std::string("host=") + std::getenv("PGHOST") + " port=" + std::getenv("PGPORT"); }
+
+/// Clients the pooler has with this application_name, from its admin console
+/// (plain libpq: libpqxx refuses the console's own "server version").
+int pooler_clients(const std::string& app) {
+    PGconn* c = PQconnectdb((pooler() + " dbname=pgbouncer").c_str());
+    int n = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult* r = PQexec(c, "SHOW CLIENTS");
+        const int col = PQfnumber(r, "application_name");
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && col >= 0) {
+            n = 0;
+            for (int i = 0; i < PQntuples(r); ++i) n += app == PQgetvalue(r, i, col);
+        }
+        PQclear(r);
+    }
+    PQfinish(c);
+    return n;
+}
+
+simba::pg::FactoryOptions pooled(const std::string& app, const std::string& listen) {
+    auto o = test_options(app);
+    o.pooled = true;
+    o.listen_conninfo = listen;
+    return o;
+}
+
+/// Waits for a Recorder's first on_acquired; returns when it ran.
+SteadyClock::time_point acquired_at(Recorder& r, std::chrono::milliseconds timeout) {
+    if (!r.wait([](auto& ev) { return !ev.empty() && ev.back().acquired; }, timeout)) return {};
+    return r.events().back().at;
+}
+
+}  // namespace
+
+TEST(Pooler, StatementsThroughThePoolerAndNotifyOverADirectConnection) {
+    ASSERT_FALSE(pooler().empty()) << "run inside test/with-pgbouncer.sh";
+    auto db = admin();
+    const auto m = unique_name("pooled");
+    const auto opts = pooled("pooled", direct());
+    simba::pg::ContendServiceFactory fa(pooler(), opts), fb(pooler(), opts);
+    ASSERT_TRUE(fa.wait_connected(5s));
+    ASSERT_TRUE(fb.wait_connected(5s));
+    EXPECT_EQ(fa.connection_count(), 2);
+    EXPECT_EQ(pooler_clients(opts.application_name), 2) << "one statement connection per factory goes through the pooler";
+
+    // Long leases: only the NOTIFY can hand over quickly.
+    simba::ContendOptions lease;
+    lease.ttl = 5s;
+    lease.transition = 2s;
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto b = std::make_shared<Recorder>(m, "B");
+    auto sa = fa.create(a, lease);
+    auto sb = fb.create(b, lease);
+    sa->start();
+    ASSERT_NE(acquired_at(*a, 10s), SteadyClock::time_point{});
+    sb->start();
+    // Several rounds through the pool: no "prepared statement does not exist".
+    for (int round = 0; round < 3; ++round) {
+        Recorder& to = round % 2 == 0 ? *b : *a;
+        simba::MutexContendService& sfrom = round % 2 == 0 ? *sa : *sb;
+        const auto before = to.acquired_count();
+        const auto released = SteadyClock::now();
+        sfrom.stop();
+        auto acquisitions = [](const std::vector<Recorder::Event>& ev) {
+            return std::count_if(ev.begin(), ev.end(), [](auto& e) { return e.acquired; });
+        };
+        ASSERT_TRUE(to.wait([&](auto& ev) { return acquisitions(ev) > before; }, 10s)) << "round " << round;
+        EXPECT_LT(to.events().back().at - released, 1000ms) << "handoff waited for the poll, not the NOTIFY";
+        sfrom.start();
+    }
+    sa->stop();
+    sb->stop();
+    pqxx::nontransaction tx(*db);
+    EXPECT_TRUE(tx.exec_params1("SELECT owner_id IS NULL FROM simba_mutex WHERE mutex = $1", m)[0].as<bool>());
+}
+
+TEST(Pooler, PollOnlyWithoutListenStillHandsOverAtThePoll) {
+    auto db = admin();
+    const auto m = unique_name("pollonly");
+    const auto opts = pooled("pollonly", "none");
+    simba::pg::ContendServiceFactory fa(pooler(), opts), fb(pooler(), opts);
+    ASSERT_TRUE(fa.wait_connected(5s));
+    EXPECT_EQ(fa.connection_count(), 1) << "no LISTEN connection";
+    simba::ContendOptions lease;
+    lease.ttl = 300ms;
+    lease.transition = 200ms;
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto b = std::make_shared<Recorder>(m, "B");
+    auto sa = fa.create(a, lease);
+    auto sb = fb.create(b, lease);
+    sa->start();
+    ASSERT_NE(acquired_at(*a, 10s), SteadyClock::time_point{});
+    sb->start();
+    sa->stop();
+    // B finds the mutex free at its next poll: transition_at + jitter at most.
+    ASSERT_NE(acquired_at(*b, 5s), SteadyClock::time_point{});
+    EXPECT_GT(sb->fence(), 0);
+    sb->stop();
+}
+
+TEST(Pooler, SemaphoreThroughThePooler) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(pooler(), pooled("poolsem", direct()));
+    simba::Semaphore sem(factory);
+    const auto key = unique_name("poolsem");
+    auto p = sem.try_acquire(key, 1, 300ms);
+    ASSERT_TRUE(p);
+    EXPECT_FALSE(sem.try_acquire(key, 1, 300ms));
+    // Refreshed through the pool for three ttls.
+    ASSERT_FALSE(eventually([&] { return p->lost(); }, 900ms));
+    EXPECT_TRUE(p->release());
+    EXPECT_TRUE(sem.try_acquire(key, 1, 300ms));
+}
