@@ -32,6 +32,8 @@ auth_type = trust
 auth_file = $dir/userlist.txt
 pool_mode = transaction
 admin_users = $user
+# any role of the server may connect (as with trust on the server itself)
+auth_user = $user
 max_client_conn = 1000
 default_pool_size = 20
 logfile = $dir/pgbouncer.log
