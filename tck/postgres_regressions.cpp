@@ -11,20 +11,13 @@
 
 #include "simba/simba.hpp"
 #include "simba/tck/postgres.hpp"
+#include "support.hpp"
 
 namespace {
 
 using namespace simba;
 using namespace std::chrono_literals;
-
-bool eventually(const std::function<bool()>& pred, SteadyClock::duration timeout) {
-    const auto deadline = SteadyClock::now() + timeout;
-    while (!pred()) {
-        if (SteadyClock::now() >= deadline) return pred();
-        std::this_thread::sleep_for(2ms);
-    }
-    return true;
-}
+using simba::tck::eventually;
 
 }  // namespace
 

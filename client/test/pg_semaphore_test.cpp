@@ -93,25 +93,8 @@ TEST(Semaphore, AutoRefreshKeepsThePermitPastSeveralTtls) {
 TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
     LogCapture logs;
     auto root = admin();
-    const auto dbname = unique_name("simba_semkill");
-    const auto quoted = root->quote_name(dbname);
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec0("CREATE DATABASE " + quoted);
-    }
-    struct DropDb {
-        pqxx::connection& c;
-        std::string q;
-        ~DropDb() {
-            try {
-                pqxx::nontransaction tx(c);
-                tx.exec0("ALTER DATABASE " + q + " ALLOW_CONNECTIONS true");
-                tx.exec0("DROP DATABASE " + q + " WITH (FORCE)");
-            } catch (...) {
-            }
-        }
-    } drop_db{*root, quoted};
-    const std::string conninfo = "dbname=" + dbname;
+    ScratchDatabase scratch(*root, "simba_semkill");
+    const std::string conninfo = scratch.conninfo();
     auto probe = admin(conninfo);
     auto opts = test_options("semkill");
     simba::pg::ContendServiceFactory factory(conninfo, opts);
@@ -130,9 +113,9 @@ TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
     });
 
     // Outage: nobody may connect, and the factory's backends are killed.
+    scratch.refuse_connections();
     {
         pqxx::nontransaction tx(*root);
-        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS false");
         tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
                        opts.application_name);
     }

@@ -211,25 +211,8 @@ TEST(Concurrency, DestroyingTheFactoryReleasesRunningServices) {
 TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect) {
     LogCapture logs;
     auto root = admin();
-    const auto dbname = unique_name("simba_kill");
-    const auto quoted = root->quote_name(dbname);
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec0("CREATE DATABASE " + quoted);
-    }
-    struct DropDb {
-        pqxx::connection& c;
-        std::string q;
-        ~DropDb() {
-            try {
-                pqxx::nontransaction tx(c);
-                tx.exec0("ALTER DATABASE " + q + " ALLOW_CONNECTIONS true");
-                tx.exec0("DROP DATABASE " + q + " WITH (FORCE)");
-            } catch (...) {
-            }
-        }
-    } drop_db{*root, quoted};
-    const std::string conninfo = "dbname=" + dbname;
+    ScratchDatabase scratch(*root, "simba_kill");
+    const std::string conninfo = scratch.conninfo();
     auto db = admin(conninfo);     // test's view of the lock table (not killed)
     auto probe = admin(conninfo);  // used from inside on_released
 
@@ -256,9 +239,9 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
 
     // Outage: no new connections to the database, and kill ours.
     const auto outage_start = SteadyClock::now();
+    scratch.refuse_connections();
     {
         pqxx::nontransaction tx(*root);
-        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS false");
         auto r = tx.exec_params(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
             opts.application_name);
@@ -284,10 +267,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
         5s));
     const int failed_connects = logs.count_containing("connect failed");
     const auto outage = duration_cast<milliseconds>(SteadyClock::now() - outage_start);
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec0("ALTER DATABASE " + quoted + " ALLOW_CONNECTIONS true");
-    }
+    scratch.refuse_connections(false);
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
     const auto again = a->events()[2];
     EXPECT_TRUE(again.acquired);

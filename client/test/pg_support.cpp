@@ -15,6 +15,30 @@ std::unique_ptr<pqxx::connection> admin(const std::string& conninfo) {
     return c;
 }
 
+ScratchDatabase::ScratchDatabase(pqxx::connection& root, const std::string& prefix)
+    : root_(root), name_(unique_name(prefix)), quoted_(root.quote_name(name_)) {
+    {
+        pqxx::nontransaction tx(root_);
+        tx.exec0("CREATE DATABASE " + quoted_);
+    }
+    admin(conninfo());  // creates the extension there
+}
+
+ScratchDatabase::~ScratchDatabase() {
+    try {
+        pqxx::nontransaction tx(root_);
+        tx.exec0("ALTER DATABASE " + quoted_ + " ALLOW_CONNECTIONS true");
+        tx.exec0("DROP DATABASE " + quoted_ + " WITH (FORCE)");
+    } catch (...) {
+        // best effort: the throwaway cluster goes anyway
+    }
+}
+
+void ScratchDatabase::refuse_connections(bool refuse) {
+    pqxx::nontransaction tx(root_);
+    tx.exec0("ALTER DATABASE " + quoted_ + " ALLOW_CONNECTIONS " + (refuse ? "false" : "true"));
+}
+
 std::string unique_name(const std::string& prefix) {
     static std::atomic<int> n{0};
     return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n.fetch_add(1));

@@ -22,6 +22,26 @@ using simba::SteadyClock;
 /// A superuser connection from libpq's environment, with the extension created.
 std::unique_ptr<pqxx::connection> admin(const std::string& conninfo = {});
 
+/// A database of the test's own, for outages (ALLOW_CONNECTIONS false):
+/// created with the extension, dropped (WITH FORCE) at the end of the scope.
+class ScratchDatabase {
+public:
+    ScratchDatabase(pqxx::connection& root, const std::string& prefix);
+    ~ScratchDatabase();
+    ScratchDatabase(const ScratchDatabase&) = delete;
+    ScratchDatabase& operator=(const ScratchDatabase&) = delete;
+    /// libpq connection string naming it ("dbname=...").
+    [[nodiscard]] std::string conninfo() const { return "dbname=" + name_; }
+    /// New connections refused (refuse = true) or allowed again; existing
+    /// ones are not touched.
+    void refuse_connections(bool refuse = true);
+
+private:
+    pqxx::connection& root_;
+    std::string name_;
+    std::string quoted_;
+};
+
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);
 
