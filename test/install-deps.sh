@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages simba builds and tests with, only those missing.
+# Installs the Debian 12 packages simba builds and tests with, only those
+# missing, plus any packages named as arguments (bench/install-deps.sh).
 # Needs root (or sudo) when anything is missing; prints what it does.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ pkgs=(
   postgresql-15 postgresql-server-dev-15 postgresql-contrib
   libpq-dev libpqxx-dev libgtest-dev
   pgbouncer
+  "$@"
 )
 
 missing=()
