@@ -1,0 +1,510 @@
+// simba chaos nemesis: runs the workload and injects faults.
+//
+// Spawns --workers worker processes (simba_chaos_worker), waits until every
+// mutex has an owner, then alternates faults with quiet periods until
+// --duration-s is over; then stops the workers (SIGTERM, SIGKILL after 15 s).
+// Faults (--kinds, used in turn):
+//   kill     SIGKILL the process that owns a random mutex; a new worker replaces it
+//   stop     SIGSTOP that owner until its lease has ended on the server clock
+//            (+ --stop-extra-ms), then SIGCONT
+//   term     pg_terminate_backend on 4 random client backends (statement, LISTEN, ledger)
+//   restart  pg_ctl restart -m immediate: crash, then crash recovery
+//   listen   pg_terminate_backend on every LISTEN connection
+//   failover (HA) SIGKILL the primary's postmaster and all its processes,
+//            then pg_ctl promote the standby; once per run, at --failover-at-s.
+//            With --stall-ms the primary's walsenders are SIGSTOPped that long
+//            first (replication lag), and stay stopped until the primary dies.
+// Every fault is logged to DIR/nemesis.log:
+//   fault KIND START_NS HEAL_NS DETAIL    (steady ns; HEAL = when the fault ended:
+//                                          the kill, the SIGCONT, the server back up)
+//   spawn SLOT PID STEADY_NS
+//   run START_NS END_NS                   (last line: the workload's steady window)
+// Every child gets PR_SET_PDEATHSIG, so nothing outlives the nemesis.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_signal(int) { g_interrupted.store(true); }
+
+struct Args {
+    int workers = 8;
+    std::string worker_bin;
+    std::string logdir;
+    std::string conninfo;
+    int duration_s = 120;
+    int quiet_ms = 6000;
+    int stop_extra_ms = 1000;
+    std::vector<std::string> kinds{"kill", "stop", "term", "restart", "listen"};
+    std::vector<std::string> worker_args;
+    std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
+    std::string pgdata, pgbin, pglog, pguser;
+    std::string standby_pgdata;
+    int failover_at_s = 15;
+    int stall_ms = 0;
+    unsigned seed = std::random_device{}();
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+        if (c == ',') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
+}
+
+Args parse(int argc, char** argv) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        std::string k = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) throw std::runtime_error("missing value for " + k);
+            return argv[++i];
+        };
+        if (k == "--workers") a.workers = std::stoi(next());
+        else if (k == "--worker-bin") a.worker_bin = next();
+        else if (k == "--logdir") a.logdir = next();
+        else if (k == "--conninfo") a.conninfo = next();
+        else if (k == "--duration-s") a.duration_s = std::stoi(next());
+        else if (k == "--quiet-ms") a.quiet_ms = std::stoi(next());
+        else if (k == "--stop-extra-ms") a.stop_extra_ms = std::stoi(next());
+        else if (k == "--kinds") a.kinds = split_commas(next());
+        else if (k == "--worker-arg") a.worker_args.push_back(next());
+        else if (k == "--mutexes") a.mutexes = split_commas(next());
+        else if (k == "--pgdata") a.pgdata = next();
+        else if (k == "--pgbin") a.pgbin = next();
+        else if (k == "--pglog") a.pglog = next();
+        else if (k == "--pguser") a.pguser = next();
+        else if (k == "--standby-pgdata") a.standby_pgdata = next();
+        else if (k == "--failover-at-s") a.failover_at_s = std::stoi(next());
+        else if (k == "--stall-ms") a.stall_ms = std::stoi(next());
+        else if (k == "--seed") a.seed = static_cast<unsigned>(std::stoul(next()));
+        else throw std::runtime_error("unknown argument " + k);
+    }
+    if (a.worker_bin.empty() || a.logdir.empty()) throw std::runtime_error("--worker-bin and --logdir are required");
+    return a;
+}
+
+/// fork + exec; the child dies with us. Returns the pid.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file = {}) {
+    pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(127);
+        if (!out_file.empty()) {
+            int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                ::dup2(fd, 1);
+                ::dup2(fd, 2);
+                ::close(fd);
+            }
+        }
+        std::vector<char*> cargv;
+        for (auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));
+        cargv.push_back(nullptr);
+        ::execvp(cargv[0], cargv.data());
+        ::_exit(127);
+    }
+    return pid;
+}
+
+/// Runs a command to completion (bounded: SIGKILL after timeout); returns its exit status.
+int run(const std::vector<std::string>& argv, const std::string& out_file, seconds timeout) {
+    pid_t pid = spawn(argv, out_file);
+    auto end = Clock::now() + timeout;
+    while (true) {
+        int st = 0;
+        pid_t r = ::waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (Clock::now() > end) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &st, 0);
+            return 124;
+        }
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+}
+
+class Nemesis {
+public:
+    explicit Nemesis(Args a) : a_(std::move(a)), rng_(a_.seed), log_(a_.logdir + "/nemesis.log") {}
+
+    int main() {
+        std::cout << "nemesis: seed " << a_.seed << ", " << a_.workers << " workers, " << a_.duration_s
+                  << " s, faults:";
+        for (auto& k : a_.kinds) std::cout << ' ' << k;
+        std::cout << std::endl;
+        for (int slot = 0; slot < a_.workers; ++slot) spawn_worker(slot);
+        const std::int64_t run_start = chaos::steady_ns();
+        const auto run_start_tp = Clock::now();
+        const auto end = Clock::now() + seconds(a_.duration_s);
+        if (!wait_all_owned(seconds(30))) std::cout << "nemesis: warning: not every mutex owned after 30 s" << std::endl;
+        std::size_t turn = 0;
+        bool failed_over = false;
+        while (!g_interrupted.load() && Clock::now() < end) {
+            reap();
+            const std::string kind = a_.kinds[turn++ % a_.kinds.size()];
+            // Every fault gets its full quiet period before the end, so the
+            // checker can judge the recovery from it.
+            if (kind != "failover" && Clock::now() + milliseconds(a_.quiet_ms) >= end) {
+                pause_until(end);
+                break;
+            }
+            if (kind == "failover") {
+                if (failed_over) {
+                    pause_until(end);
+                    break;
+                }
+                pause_until(std::min(end, run_start_tp + seconds(a_.failover_at_s)));
+                failover();
+                failed_over = true;
+                continue;
+            }
+            inject(kind);
+            pause_until(std::min(end, Clock::now() + milliseconds(a_.quiet_ms)));
+        }
+        const std::int64_t run_end = chaos::steady_ns();
+        stop_workers();
+        log_.write("run", run_start, run_end);
+        std::cout << "nemesis: done, " << faults_ << " faults injected" << std::endl;
+        return g_interrupted.load() ? 130 : 0;
+    }
+
+private:
+    void spawn_worker(int slot) {
+        std::vector<std::string> argv{a_.worker_bin,
+                                      "--worker",
+                                      std::to_string(next_worker_),
+                                      "--log",
+                                      a_.logdir + "/worker-" + std::to_string(next_worker_) + ".log",
+                                      "--conninfo",
+                                      a_.conninfo,
+                                      "--max-seconds",
+                                      std::to_string(a_.duration_s + 120)};
+        std::string ms;
+        for (auto& m : a_.mutexes) ms += (ms.empty() ? "" : ",") + m;
+        argv.push_back("--mutexes");
+        argv.push_back(ms);
+        for (auto& x : a_.worker_args) argv.push_back(x);
+        pid_t pid = spawn(argv, a_.logdir + "/worker-" + std::to_string(next_worker_) + ".stderr");
+        ++next_worker_;
+        slots_[slot] = pid;
+        log_.write("spawn", slot, pid, chaos::steady_ns());
+    }
+
+    void reap() {
+        for (auto& [slot, pid] : slots_) {
+            int st = 0;
+            if (pid > 0 && ::waitpid(pid, &st, WNOHANG) == pid) {
+                std::cout << "nemesis: worker pid " << pid << " exited on its own (status " << st << "), replacing"
+                          << std::endl;
+                log_.write("died", slot, pid, chaos::steady_ns());
+                spawn_worker(slot);
+            }
+        }
+    }
+
+    void pause_until(Clock::time_point t) {
+        while (!g_interrupted.load() && Clock::now() < t) {
+            std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(100), t - Clock::now()));
+        }
+    }
+
+    std::unique_ptr<pqxx::connection> connect() {
+        for (int i = 0; i < 100; ++i) {
+            try {
+                return std::make_unique<pqxx::connection>(a_.conninfo +
+                                                          " application_name=simba-chaos-nemesis connect_timeout=2");
+            } catch (const std::exception&) {
+                std::this_thread::sleep_for(milliseconds(100));
+            }
+        }
+        throw std::runtime_error("nemesis: cannot connect");
+    }
+
+    struct Owner {
+        std::string mutex, id;
+        pid_t pid = -1;
+        std::int64_t transition_us = 0;
+    };
+
+    /// Live owners (lease not over on the server clock) that are our workers.
+    std::vector<Owner> owners() {
+        std::vector<Owner> out;
+        try {
+            auto c = connect();
+            pqxx::nontransaction tx(*c);
+            auto r = tx.exec(
+                "SELECT mutex, owner_id, (extract(epoch FROM transition_at) * 1000000)::int8 FROM simba_mutex"
+                " WHERE owner_id IS NOT NULL AND transition_at > clock_timestamp() ORDER BY mutex");
+            for (const auto& row : r) {
+                Owner o{row[0].as<std::string>(), row[1].as<std::string>(), -1, row[2].as<std::int64_t>()};
+                if (std::find(a_.mutexes.begin(), a_.mutexes.end(), o.mutex) == a_.mutexes.end()) continue;
+                long pid = chaos::pid_of_contender(o.id);
+                for (auto& [slot, p] : slots_)
+                    if (p == pid) o.pid = p;
+                if (o.pid > 0) out.push_back(o);
+            }
+        } catch (const std::exception& e) {
+            std::cout << "nemesis: owner query failed: " << e.what() << std::endl;
+        }
+        return out;
+    }
+
+    bool wait_all_owned(Clock::duration bound) {
+        auto end = Clock::now() + bound;
+        while (Clock::now() < end && !g_interrupted.load()) {
+            if (owners().size() == a_.mutexes.size()) return true;
+            std::this_thread::sleep_for(milliseconds(50));
+        }
+        return false;
+    }
+
+    std::optional<Owner> random_owner(Clock::duration bound) {
+        auto end = Clock::now() + bound;
+        while (Clock::now() < end && !g_interrupted.load()) {
+            auto os = owners();
+            if (!os.empty()) return os[std::uniform_int_distribution<std::size_t>(0, os.size() - 1)(rng_)];
+            std::this_thread::sleep_for(milliseconds(50));
+        }
+        return std::nullopt;
+    }
+
+    int slot_of(pid_t pid) {
+        for (auto& [slot, p] : slots_)
+            if (p == pid) return slot;
+        return -1;
+    }
+
+    void record(const std::string& kind, std::int64_t start, std::int64_t heal, const std::string& detail) {
+        ++faults_;
+        log_.write("fault", kind, start, heal, detail);
+        std::cout << "nemesis: " << kind << " (" << detail << "), " << (heal - start) / 1000000 << " ms" << std::endl;
+    }
+
+    void inject(const std::string& kind) {
+        if (kind == "kill") {
+            auto o = random_owner(seconds(10));
+            if (!o) return skip(kind);
+            std::int64_t t = chaos::steady_ns();
+            ::kill(o->pid, SIGKILL);
+            int st = 0;
+            ::waitpid(o->pid, &st, 0);
+            int slot = slot_of(o->pid);
+            spawn_worker(slot);
+            record(kind, t, t, "owner of " + o->mutex + " pid " + std::to_string(o->pid));
+        } else if (kind == "stop") {
+            auto o = random_owner(seconds(10));
+            if (!o) return skip(kind);
+            std::int64_t t = chaos::steady_ns();
+            ::kill(o->pid, SIGSTOP);
+            // Until the lease has ended on the server's clock, plus extra.
+            auto bound = Clock::now() + seconds(30);
+            while (Clock::now() < bound) {
+                bool over = false;
+                try {
+                    auto c = connect();
+                    pqxx::nontransaction tx(*c);
+                    over = tx.exec1("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 > " +
+                                    std::to_string(o->transition_us))[0]
+                               .as<bool>();
+                } catch (const std::exception&) {
+                }
+                if (over) break;
+                std::this_thread::sleep_for(milliseconds(50));
+            }
+            std::this_thread::sleep_for(milliseconds(a_.stop_extra_ms));
+            std::int64_t heal = chaos::steady_ns();
+            ::kill(o->pid, SIGCONT);
+            record(kind, t, heal, "owner of " + o->mutex + " pid " + std::to_string(o->pid));
+        } else if (kind == "term" || kind == "listen") {
+            std::string sql =
+                kind == "term"
+                    ? "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity"
+                      " WHERE application_name LIKE 'simba-chaos-w%' OR application_name LIKE 'simba-chaos-ledger%'"
+                      " ORDER BY random() LIMIT 4) s"
+                    : "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                      " WHERE application_name LIKE 'simba-chaos-w%' AND query ILIKE 'LISTEN%'";
+            std::int64_t t = chaos::steady_ns();
+            long n = 0;
+            try {
+                auto c = connect();
+                pqxx::nontransaction tx(*c);
+                n = tx.exec1(sql)[0].as<long>();
+            } catch (const std::exception& e) {
+                std::cout << "nemesis: " << kind << " failed: " << e.what() << std::endl;
+                return;
+            }
+            record(kind, t, chaos::steady_ns(), std::to_string(n) + " backends");
+        } else if (kind == "restart") {
+            std::int64_t t = chaos::steady_ns();
+            int rc = run(pg_cmd({"pg_ctl", "-D", a_.pgdata, "-m", "immediate", "-w", "-t", "60", "-l", a_.pglog,
+                                 "restart"}),
+                         a_.logdir + "/pg_ctl.log", seconds(90));
+            std::int64_t heal = chaos::steady_ns();
+            if (rc != 0) {
+                std::cout << "nemesis: pg_ctl restart failed (" << rc << ")" << std::endl;
+                log_.write("error", "restart", rc);
+            }
+            record(kind, t, heal, "pg_ctl restart -m immediate rc " + std::to_string(rc));
+        } else {
+            throw std::runtime_error("unknown fault kind " + kind);
+        }
+    }
+
+    void skip(const std::string& kind) {
+        std::cout << "nemesis: " << kind << " skipped: no live owner" << std::endl;
+        log_.write("skipped", kind, chaos::steady_ns());
+    }
+
+    std::vector<std::string> pg_cmd(std::vector<std::string> argv) {
+        argv[0] = a_.pgbin.empty() ? argv[0] : a_.pgbin + "/" + argv[0];
+        if (!a_.pguser.empty()) argv.insert(argv.begin(), {"runuser", "-u", a_.pguser, "--"});
+        return argv;
+    }
+
+    static pid_t postmaster_pid(const std::string& pgdata) {
+        std::ifstream f(pgdata + "/postmaster.pid");
+        long pid = -1;
+        f >> pid;
+        return static_cast<pid_t>(pid);
+    }
+
+    /// Direct children of `parent` whose command line contains `what` (all if empty).
+    static std::vector<pid_t> children(pid_t parent, const std::string& what = {}) {
+        std::vector<pid_t> out;
+        DIR* d = ::opendir("/proc");
+        if (!d) return out;
+        while (auto* e = ::readdir(d)) {
+            pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+            if (pid <= 0) continue;
+            std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
+            std::string line;
+            std::getline(st, line);
+            auto rp = line.rfind(')');
+            if (rp == std::string::npos) continue;
+            std::istringstream is(line.substr(rp + 2));
+            char state;
+            long ppid = 0;
+            is >> state >> ppid;
+            if (ppid != parent) continue;
+            if (!what.empty()) {
+                std::ifstream cl(std::string("/proc/") + e->d_name + "/cmdline");
+                std::string cmd((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
+                if (cmd.find(what) == std::string::npos) continue;
+            }
+            out.push_back(pid);
+        }
+        ::closedir(d);
+        return out;
+    }
+
+    void failover() {
+        pid_t pm = postmaster_pid(a_.pgdata);
+        if (pm <= 0) throw std::runtime_error("no postmaster.pid in " + a_.pgdata);
+        std::string detail;
+        std::int64_t stall_start = 0;
+        if (a_.stall_ms > 0) {
+            auto ws = children(pm, "walsender");
+            for (pid_t p : ws) ::kill(p, SIGSTOP);
+            stall_start = chaos::steady_ns();
+            detail += "walsenders stopped " + std::to_string(a_.stall_ms) + " ms (" + std::to_string(ws.size()) +
+                      "), ";
+            std::this_thread::sleep_for(milliseconds(a_.stall_ms));
+        }
+        std::int64_t t = chaos::steady_ns();
+        auto kids = children(pm);
+        ::kill(pm, SIGKILL);
+        for (pid_t p : kids) ::kill(p, SIGKILL);
+        // The primary is gone when no process of it is left.
+        for (int i = 0; i < 200 && ::kill(pm, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+        int rc = run(pg_cmd({"pg_ctl", "-D", a_.standby_pgdata, "-w", "-t", "60", "promote"}),
+                     a_.logdir + "/pg_ctl.log", seconds(90));
+        std::int64_t heal = chaos::steady_ns();
+        detail += "primary pid " + std::to_string(pm) + " SIGKILLed with " + std::to_string(kids.size()) +
+                  " processes, promote rc " + std::to_string(rc);
+        if (rc != 0) log_.write("error", "promote", rc);
+        record("failover", stall_start ? stall_start : t, heal, detail);
+    }
+
+    void stop_workers() {
+        for (auto& [slot, pid] : slots_) {
+            if (pid > 0) {
+                ::kill(pid, SIGCONT);
+                ::kill(pid, SIGTERM);
+            }
+        }
+        auto end = Clock::now() + seconds(15);
+        for (auto& [slot, pid] : slots_) {
+            int st = 0;
+            while (pid > 0 && ::waitpid(pid, &st, WNOHANG) == 0) {
+                if (Clock::now() > end) {
+                    std::cout << "nemesis: worker pid " << pid << " did not stop, SIGKILL" << std::endl;
+                    ::kill(pid, SIGKILL);
+                    ::waitpid(pid, &st, 0);
+                    break;
+                }
+                std::this_thread::sleep_for(milliseconds(20));
+            }
+            pid = -1;
+        }
+    }
+
+    Args a_;
+    std::mt19937 rng_;
+    chaos::EventLog log_;
+    std::map<int, pid_t> slots_;
+    int next_worker_ = 0;
+    int faults_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    try {
+        Nemesis n(parse(argc, argv));
+        return n.main();
+    } catch (const std::exception& e) {
+        std::cerr << "simba_chaos_nemesis: " << e.what() << std::endl;
+        return 2;
+    }
+}
