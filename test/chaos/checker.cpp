@@ -613,21 +613,6 @@ private:
     Violations v1_{"(1)"}, v2_{"(2)"}, v3_{"(3)"}, v4_{"(4)"}, v5_{"(5)"};
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : s) {
-        if (c == ',') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -642,7 +627,7 @@ int main(int argc, char** argv) {
             if (k == "--logdir") a.logdir = next();
             else if (k == "--conninfo") a.conninfo = next();
             else if (k == "--bound-ms") a.bound_ms = std::stoll(next());
-            else if (k == "--mutexes") a.mutexes = split_commas(next());
+            else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
             else if (k == "--expect-stale") a.expect_stale = true;
             else if (k == "--report-only") a.report_only = true;
             else if (k == "--label") a.label = next();

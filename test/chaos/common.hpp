@@ -100,4 +100,20 @@ inline long pid_of_contender(const std::string& id) {
     }
 }
 
+/// "a,b,,c" -> {"a", "b", "c"}: the tools' comma-separated arguments.
+inline std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+        if (c == ',') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
+}
+
 }  // namespace chaos

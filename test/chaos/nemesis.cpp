@@ -73,21 +73,6 @@ struct Args {
     unsigned seed = std::random_device{}();
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : s) {
-        if (c == ',') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
-}
-
 Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i < argc; ++i) {
@@ -103,9 +88,9 @@ Args parse(int argc, char** argv) {
         else if (k == "--duration-s") a.duration_s = std::stoi(next());
         else if (k == "--quiet-ms") a.quiet_ms = std::stoi(next());
         else if (k == "--stop-extra-ms") a.stop_extra_ms = std::stoi(next());
-        else if (k == "--kinds") a.kinds = split_commas(next());
+        else if (k == "--kinds") a.kinds = chaos::split_commas(next());
         else if (k == "--worker-arg") a.worker_args.push_back(next());
-        else if (k == "--mutexes") a.mutexes = split_commas(next());
+        else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
         else if (k == "--pgdata") a.pgdata = next();
         else if (k == "--pgbin") a.pgbin = next();
         else if (k == "--pglog") a.pglog = next();

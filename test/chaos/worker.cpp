@@ -64,21 +64,6 @@ struct Args {
     bool fence_check = true;
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : s) {
-        if (c == ',') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
-}
-
 Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i < argc; ++i) {
@@ -90,7 +75,7 @@ Args parse(int argc, char** argv) {
         if (k == "--worker") a.worker = std::stoi(next());
         else if (k == "--log") a.log = next();
         else if (k == "--conninfo") a.conninfo = next();
-        else if (k == "--mutexes") a.mutexes = split_commas(next());
+        else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
         else if (k == "--ttl-ms") a.ttl_ms = std::stoi(next());
         else if (k == "--transition-ms") a.transition_ms = std::stoi(next());
         else if (k == "--work-ms") a.work_ms = std::stoi(next());
