@@ -1,5 +1,7 @@
 #include "simba/contend_period.hpp"
 
+#include <atomic>
+
 namespace simba {
 
 MutexOwner MutexOwner::none(std::string mutex, SteadyClock::time_point anchor) {
@@ -7,6 +9,15 @@ MutexOwner MutexOwner::none(std::string mutex, SteadyClock::time_point anchor) {
     o.mutex = std::move(mutex);
     o.anchor = anchor;
     return o;
+}
+
+std::uint64_t ContendPeriod::random_seed() {
+    static const std::uint64_t base = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+    static std::atomic<std::uint64_t> calls{0};
+    std::uint64_t z = base + calls.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 ContendPeriod::ContendPeriod(std::string contender_id, Jitter jitter, std::uint64_t seed)

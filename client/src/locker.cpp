@@ -5,25 +5,11 @@
 
 namespace simba {
 
+// Locker reads ownership from its service (start_and_wait, is_owner,
+// fence): no callbacks, so nothing is handed to the handle thread.
 struct Locker::Contender final : MutexContender {
     using MutexContender::MutexContender;
-
-    void on_acquired(const MutexState& state) override {
-        std::lock_guard<std::mutex> lock(m);
-        owner = true;
-        fence = state.after.fence;
-        cv.notify_all();
-    }
-    void on_released(const MutexState&) override {
-        std::lock_guard<std::mutex> lock(m);
-        owner = false;
-        cv.notify_all();
-    }
-
-    std::mutex m;
-    std::condition_variable cv;
-    bool owner = false;
-    std::int64_t fence = 0;
+    bool has_callbacks() const noexcept override { return false; }
 };
 
 Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options)
@@ -55,32 +41,20 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
         in_use_ = true;
     }
+    bool ok;
     try {
-        service_->start();
+        ok = service_->start_and_wait(bounded ? deadline : SteadyClock::time_point::max());
     } catch (...) {
         std::lock_guard<std::mutex> lock(call_mutex_);
         in_use_ = false;
         throw;
     }
-    bool ok;
-    {
-        std::unique_lock<std::mutex> lock(contender_->m);
-        auto pred = [&] { return contender_->owner; };
-        if (bounded)
-            ok = contender_->cv.wait_until(lock, deadline, pred);  // re-waits on spurious wake-ups
-        else {
-            contender_->cv.wait(lock, pred);
-            ok = true;
-        }
-        if (ok) {
-            std::lock_guard<std::mutex> call(call_mutex_);
-            fence_ = contender_->fence;
-        }
-    }
     if (!ok) {
         release();
         throw TimeoutError("timed out acquiring mutex " + mutex());
     }
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    fence_ = service_->fence();
     return true;
 }
 

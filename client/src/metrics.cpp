@@ -123,6 +123,10 @@ struct Writer {
         head(name, type, help);
         for (auto& m : ms.mutexes) out += std::string(name) + labels(m) + " " + format_sample_value(value(m)) + "\n";
     }
+    void scalar(const char* name, const char* type, const char* help, double value) {
+        head(name, type, help);
+        out += std::string(name) + (base.empty() ? "" : "{" + base + "}") + " " + format_sample_value(value) + "\n";
+    }
     void histogram(const Metrics& ms, const char* name, const char* help,
                    const std::function<const Histogram&(const MutexMetrics&)>& pick) {
         head(name, "histogram", help);
@@ -153,6 +157,11 @@ std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
         if (!w.base.empty()) w.base += ",";
         w.base += k + "=\"" + escape_label_value(v) + "\"";
     }
+    w.scalar("simba_client_acquire_statements_total", "counter",
+             "Statements that carried simba_acquire calls (a batch of attempts counts once).",
+             n(metrics.acquire_statements));
+    w.scalar("simba_client_acquire_calls_total", "counter", "simba_acquire calls sent (renewals included).",
+             n(metrics.acquire_calls));
     w.family(metrics, "simba_client_attempts_total", "counter",
              "simba_acquire calls made while not the owner (failed calls included).",
              [](const MutexMetrics& m) { return n(m.attempts); });

@@ -13,11 +13,14 @@
 //                  + (transition_at - current_at) from its reply.
 // is_owner() compares the steady clock with that deadline on every call.
 //
-// Locking: ServiceCore::m guards a service's ownership state and its pending
-// callbacks; Executor::m guards the handle queue; Core::cmd_m the command
-// queue. Lock order: ServiceCore::m -> Executor::m, and Core::metrics_m ->
-// ServiceCore::m (metrics()). No thread holds a lock while running a
-// callback or a statement. Metrics counters are relaxed atomics
+// Locking: Core::io_m guards the I/O state (connections, timers, services):
+// the I/O thread holds it except while it sleeps in poll(), and a thread
+// calling start_and_wait() or stop() takes it to do that service's round
+// trip itself. ServiceCore::m guards a service's ownership state and its
+// pending callbacks; Executor::m guards the handle queue; Core::cmd_m the
+// command queue. Lock order: io_m -> ServiceCore::m -> Executor::m, and
+// Core::metrics_m -> ServiceCore::m (metrics()). No thread holds a lock while
+// running a callback. Metrics counters are relaxed atomics
 // (metrics_cell.hpp), bumped where the state they count changes.
 
 #include <libpq-fe.h>
@@ -77,8 +80,10 @@ public:
     bool post_at(SteadyClock::time_point at, std::function<void()> fn) {
         std::lock_guard<std::mutex> lock(m_);
         if (closed_) return false;
+        // The thread sleeps until the earliest task: wake it only if this one is earlier.
+        const bool earliest = timed_.empty() || at < timed_.top().at;
         timed_.push(Timed{at, seq_++, std::move(fn)});
-        cv_.notify_one();
+        if (earliest) cv_.notify_one();
         return true;
     }
     bool on_this_thread() const { return std::this_thread::get_id() == id_; }
@@ -205,15 +210,44 @@ std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {
 
 std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
 
-const char* const kAcquireSql =
-    "SELECT o.mutex, o.owner_id,"
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
-    " o.version, o.fence,"
+/// A PostgreSQL array literal of `items`, every element quoted.
+template <typename T, typename F>
+std::string array_literal(const std::vector<T>& items, F&& element) {
+    std::string out = "{";
+    for (const auto& it : items) {
+        if (out.size() > 1) out += ',';
+        out += '"';
+        for (char c : element(it)) {
+            if (c == '"' || c == '\\') out += '\\';
+            out += c;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+// The owner row as the client reads it: times as epoch microseconds.
+#define SIMBA_OWNER_COLUMNS                                          \
+    "o.mutex, o.owner_id,"                                           \
+    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"          \
+    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"               \
+    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"        \
+    " o.version, o.fence,"                                           \
     " (extract(epoch FROM o.current_at) * 1000000)::int8"
+
+const char* const kAcquireSql =
+    "SELECT " SIMBA_OWNER_COLUMNS
     " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
     " $4::int8 * interval '1 microsecond') AS o";
+// Many attempts in one statement, in array order (the client sorts them by
+// mutex name, so batches of different processes lock rows in one order and
+// cannot deadlock each other); column 8 = the attempt's 1-based index.
+const char* const kAcquireBatchSql =
+    "SELECT " SIMBA_OWNER_COLUMNS ", a.i"
+    " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS a(mutex, id, ttl, tr, i),"
+    " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
+    " a.tr * interval '1 microsecond') AS o";
+#undef SIMBA_OWNER_COLUMNS
 const char* const kReleaseSql = "SELECT simba_release($1, $2)";
 
 /// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
@@ -275,11 +309,15 @@ struct ServiceCore {
     MutexOwner owned_owner;      // the tenure reported by on_acquired (renewed)
     MutexState reported;         // last state reported / observed
     std::deque<std::function<void()>> pending;  // callbacks not yet run
+    bool in_callback = false;    // one of them is running on the handle thread
+    SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
+    std::condition_variable owner_cv;  // owned turned true (wait_owner)
 
     // I/O thread only.
     MutexOwner last;             // last owner seen from the server
     std::uint64_t timer_gen = 0;
     bool io_active = false;
+    bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).
@@ -310,6 +348,9 @@ struct ContendServiceFactory::Core final : detail::Io {
         : options(std::move(o)),
           conninfo(build_conninfo(user_conninfo, options)),
           listen_info(listen_conninfo_for(user_conninfo, options)) {
+        if (options.batch_max < 1 || options.batch_max > 10000)
+            throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
+        if (options.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (wake_fd < 0) throw Error("eventfd failed");
         backoff = options.reconnect_initial;
@@ -352,7 +393,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     /// Queues a callback of `svc` (caller holds svc->m).
     void emit(const ServicePtr& svc, std::function<void()> cb) {
-        if (!svc->active) return;
+        if (!svc->active || !svc->contender->has_callbacks()) return;
         svc->pending.push_back(std::move(cb));
         std::weak_ptr<ServiceCore> weak = svc;
         executor.post([weak] {
@@ -367,6 +408,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (s.pending.empty()) return;
             cb = std::move(s.pending.front());
             s.pending.pop_front();
+            s.in_callback = true;
         }
         try {
             cb();
@@ -375,6 +417,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         } catch (...) {
             log(LogLevel::error, "callback of contender " + s.id + " on mutex " + s.mutex + " threw");
         }
+        std::lock_guard<std::mutex> lock(s.m);
+        s.in_callback = false;
     }
 
     static void drain_all(ServiceCore& s) {
@@ -387,30 +431,40 @@ struct ContendServiceFactory::Core final : detail::Io {
         }
     }
 
-    /// Lease deadline check, on the handle thread.
+    /// Lease deadline check, on the handle thread (caller holds svc->m). One
+    /// check per service is queued at a time: a renewal moves the deadline
+    /// and the queued check, finding it moved, waits again for the new one.
     void schedule_expiry(const ServicePtr& svc, SteadyClock::time_point at) {
+        if (svc->expiry_at != SteadyClock::time_point{} && svc->expiry_at <= at) return;
         std::weak_ptr<ServiceCore> weak = svc;
-        executor.post_at(at, [this, weak] {
-            auto s = weak.lock();
-            if (!s) return;
-            {
-                std::lock_guard<std::mutex> lock(s->m);
-                if (!s->owned || SteadyClock::now() < s->deadline) return;
-                MutexState st{s->owned_owner, MutexOwner::none(s->mutex)};
-                s->owned = false;
-                s->reported = st;
-                simba::detail::MetricsCell::inc(s->metrics->lost);
-                s->wait_since = SteadyClock::now();
-                auto c = s->contender;
-                emit(s, [c, st] { c->on_released(st); });
+        if (executor.post_at(at, [this, weak, at] { check_expiry(weak, at); })) svc->expiry_at = at;
+    }
+
+    void check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyClock::time_point at) {
+        auto s = weak.lock();
+        if (!s) return;
+        {
+            std::lock_guard<std::mutex> lock(s->m);
+            if (s->expiry_at == at) s->expiry_at = {};  // else a check for an earlier deadline is queued too
+            if (!s->owned) return;
+            if (SteadyClock::now() < s->deadline) {  // renewed meanwhile
+                schedule_expiry(s, s->deadline);
+                return;
             }
-            // Run it now, not behind callbacks queued meanwhile (we are on
-            // the handle thread; the queued drain then finds nothing).
-            drain_all(*s);
-            // Logged outside the lock: the log handler is user code.
-            log(LogLevel::warning, "lease of " + s->id + " on mutex " + s->mutex +
-                                       " reached its deadline without a renewal: released");
-        });
+            MutexState st{s->owned_owner, MutexOwner::none(s->mutex)};
+            s->owned = false;
+            s->reported = st;
+            simba::detail::MetricsCell::inc(s->metrics->lost);
+            s->wait_since = SteadyClock::now();
+            auto c = s->contender;
+            emit(s, [c, st] { c->on_released(st); });
+        }
+        // Run it now, not behind callbacks queued meanwhile (we are on
+        // the handle thread; the queued drain then finds nothing).
+        drain_all(*s);
+        // Logged outside the lock: the log handler is user code.
+        log(LogLevel::warning, "lease of " + s->id + " on mutex " + s->mutex +
+                                   " reached its deadline without a renewal: released");
     }
 
     /// A reply from the server for `svc` (I/O thread).
@@ -467,6 +521,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             svc->reported = st;
             emit(svc, [c, st] { c->on_acquired(st); });
             schedule_expiry(svc, deadline);
+            svc->owner_cv.notify_all();
             return true;
         }
         if (svc->owned) {
@@ -592,7 +647,9 @@ struct ContendServiceFactory::Core final : detail::Io {
         return std::max(milliseconds(10), std::min(options.retry_delay, quarter));
     }
 
-    void io_start(const ServicePtr& svc) {
+    /// Starts `svc`: its first attempt now, on this thread if `here` (the
+    /// caller holds io_m), else from the timer queue.
+    void io_start(const ServicePtr& svc, bool here = false) {
         {
             std::lock_guard<std::mutex> lock(svc->m);
             svc->active = true;
@@ -603,14 +660,24 @@ struct ContendServiceFactory::Core final : detail::Io {
         svc->last = MutexOwner::none(svc->mutex);
         services.insert(svc);
         by_mutex[svc->mutex].insert(svc);
+        {
+            std::lock_guard<std::mutex> lock(names_m);
+            ++names[svc->mutex];
+        }
         update_statement_timeout();
-        schedule(svc, SteadyClock::now());
+        if (here && up)
+            attempt(svc);
+        else
+            schedule(svc, SteadyClock::now());
     }
 
     void io_stop(const ServicePtr& svc) {
         svc->io_active = false;
         ++svc->timer_gen;  // cancels pending attempts
-        services.erase(svc);
+        if (services.erase(svc)) {
+            std::lock_guard<std::mutex> lock(names_m);
+            if (--names[svc->mutex] == 0) names.erase(svc->mutex);
+        }
         auto it = by_mutex.find(svc->mutex);
         if (it != by_mutex.end()) {
             it->second.erase(svc);
@@ -649,10 +716,35 @@ struct ContendServiceFactory::Core final : detail::Io {
         update_statement_timeout();
     }
 
-    void attempt(const ServicePtr& svc) {
+    /// One attempt of `svc`: renewal if it holds the lease, else a try.
+    /// Returns whether it renews (counted as an attempt otherwise).
+    static bool begin_attempt(const ServicePtr& svc) {
         const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
         if (!renewing) simba::detail::MetricsCell::inc(svc->metrics->attempts);
+        return renewing;
+    }
+
+    /// The server's answer to an attempt sent at `anchor`.
+    void finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
+        svc->solo = false;
+        MutexOwner o = parse_owner(row, svc->mutex, anchor);
+        apply(svc, o);
+        auto now = SteadyClock::now();
+        schedule(svc, now + svc->period.ensure_next_delay(o, now));
+    }
+
+    /// A failed attempt on a connection that is still up: retry soon.
+    void retry_later(const ServicePtr& svc, bool renewing) {
+        if (renewing) simba::detail::MetricsCell::inc(svc->metrics->renewal_failures);
+        svc->solo = true;
+        schedule(svc, SteadyClock::now() + retry_delay(svc));
+    }
+
+    void attempt(const ServicePtr& svc) { attempt(svc, begin_attempt(svc)); }
+
+    void attempt(const ServicePtr& svc, bool renewing) {
         auto anchor = SteadyClock::now();
+        count_statement(1);
         try {
             pqxx::nontransaction tx(*stmt);
             const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
@@ -660,17 +752,83 @@ struct ContendServiceFactory::Core final : detail::Io {
             // Behind a transaction pooler a prepared statement may be on another server connection.
             auto row = options.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
                                       : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition);
-            tx.commit();
-            MutexOwner o = parse_owner(row, svc->mutex, anchor);
-            apply(svc, o);
-            auto now = SteadyClock::now();
-            schedule(svc, now + svc->period.ensure_next_delay(o, now));
+            finish_attempt(svc, row, anchor);
         } catch (const std::exception& e) {
-            if (renewing) simba::detail::MetricsCell::inc(svc->metrics->renewal_failures);
             if (statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id))
                 return;  // all services are rescheduled on reconnect
-            schedule(svc, SteadyClock::now() + retry_delay(svc));
+            retry_later(svc, renewing);
         }
+    }
+
+    /// Several attempts in one statement. If it fails on a live connection
+    /// (one attempt's error aborts them all), each is sent on its own, so
+    /// only the faulty one fails.
+    void attempt_batch(std::vector<ServicePtr>& batch) {
+        // A service whose last attempt failed goes alone: a persistent error
+        // (a trigger, a grant) must not fail every batch it would join.
+        auto solo = std::stable_partition(batch.begin(), batch.end(), [](const ServicePtr& s) { return !s->solo; });
+        for (auto it = solo; it != batch.end() && up; ++it) attempt(*it);
+        batch.erase(solo, batch.end());
+        if (batch.empty() || !up) return;
+        if (batch.size() == 1) return attempt(batch.front());
+        std::sort(batch.begin(), batch.end(), [](const ServicePtr& a, const ServicePtr& b) { return a->mutex < b->mutex; });
+        std::vector<char> renewing(batch.size());
+        std::vector<char> done(batch.size(), 0);
+        for (std::size_t i = 0; i < batch.size(); ++i) renewing[i] = begin_attempt(batch[i]);
+        auto anchor = SteadyClock::now();
+        try {
+            const auto names = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
+            const auto ids = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->id; });
+            const auto ttls = array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.ttl.count()); });
+            const auto trs =
+                array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.transition.count()); });
+            count_statement(batch.size());
+            pqxx::nontransaction tx(*stmt);
+            auto rows = options.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs)
+                                       : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs);
+            for (const auto& row : rows) {
+                auto i = row[8].as<std::size_t>() - 1;
+                if (i >= batch.size() || done[i]) continue;
+                done[i] = 1;
+                finish_attempt(batch[i], row, anchor);
+            }
+        } catch (const std::exception& e) {
+            if (statement_failed(e, "batch of " + std::to_string(batch.size()) + " acquires")) return;
+            log(LogLevel::warning, "sending the batch's attempts one at a time");
+        }
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            if (done[i]) continue;
+            attempt(batch[i], renewing[i]);
+            if (!up) return;  // the rest are rescheduled on reconnect
+        }
+    }
+
+    void count_statement(std::size_t calls) {
+        acquire_statements.fetch_add(1, std::memory_order_relaxed);
+        acquire_calls.fetch_add(calls, std::memory_order_relaxed);
+    }
+
+    /// Pops the attempts due now, plus those due within their batch window,
+    /// up to batch_max services (each service has one live timer).
+    std::vector<ServicePtr> due_batch() {
+        std::vector<ServicePtr> out;
+        std::vector<Timer> later;  // inside batch_window but not inside their own (short ttl)
+        const auto now = SteadyClock::now();
+        const auto horizon = now + options.batch_window;
+        while (!timers.empty() && out.size() < static_cast<std::size_t>(options.batch_max) &&
+               timers.top().at <= horizon) {
+            Timer t = timers.top();
+            timers.pop();
+            ServicePtr svc = t.live();
+            if (!svc) continue;
+            auto window = std::min<SteadyClock::duration>(options.batch_window, svc->options.ttl / 10);
+            if (t.at <= now + window)
+                out.push_back(std::move(svc));
+            else
+                later.push_back(std::move(t));
+        }
+        for (auto& t : later) timers.push(std::move(t));
+        return out;
     }
 
     /// Logs a failed statement; returns true if the connection is lost.
@@ -688,8 +846,12 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void drop_connections() {
-        receiver.reset();
-        listen.reset();
+        if (std::this_thread::get_id() == io_id) {
+            receiver.reset();
+            listen.reset();
+        } else {
+            listen_stale = true;  // the I/O thread may be reading it: it drops it itself
+        }
         stmt.reset();
         open_connections.store(0);
         set_up(false);
@@ -727,6 +889,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 apply_statement_timeout();
                 stmt->prepare("simba_acquire", kAcquireSql);
                 stmt->prepare("simba_release", kReleaseSql);
+                stmt->prepare("simba_acquire_batch", kAcquireBatchSql);
             }
             if (!listen_info.empty()) {
                 listen = std::make_unique<pqxx::connection>(listen_info);
@@ -784,7 +947,11 @@ struct ContendServiceFactory::Core final : detail::Io {
         for (auto& fn : batch) fn();
     }
 
-    void handle_notifications() {
+    /// Reads the NOTIFYs that arrived, without io_m: only the I/O thread
+    /// reads or replaces `listen`. Returns false if the connection failed.
+    /// Leaves in `notified` the names some service of ours contends for.
+    bool read_notifications() {
+        notified.clear();
         try {
             listen->get_notifs();
             if (!listen->is_open()) throw pqxx::broken_connection("LISTEN connection closed");
@@ -792,9 +959,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             std::string msg = e.what();
             while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
             log(LogLevel::error, "LISTEN connection failed: " + msg);
-            connection_lost();
             notified.clear();
-            return;
+            return false;
         }
         {
             // Counted only for names someone asked about (the semaphore).
@@ -805,12 +971,23 @@ struct ContendServiceFactory::Core final : detail::Io {
             }
         }
         notify_cv.notify_all();
+        // Most releases are of mutexes nobody here waits for (our own
+        // included): those need no io_m, so they never hold up a caller.
+        std::lock_guard<std::mutex> lock(names_m);
+        notified.erase(std::remove_if(notified.begin(), notified.end(),
+                                      [&](const std::string& n) { return names.count(n) == 0; }),
+                       notified.end());
+        return true;
+    }
+
+    /// Push handoff for the names read_notifications() kept (holds io_m).
+    void handle_notifications() {
         auto now = SteadyClock::now();
         for (auto& name : notified) {
             auto it = by_mutex.find(name);
             if (it == by_mutex.end()) continue;
             for (auto& s : it->second) {
-                // Push handoff: waiters attempt at once; the owner ignores it.
+                // Waiters attempt at once; the owner ignores it.
                 if (s->last.is_owner(s->id)) continue;
                 s->notified_at = now;
                 schedule(s, now);
@@ -820,11 +997,24 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void io_main() {
+        std::unique_lock<std::mutex> lock(io_m);
         next_connect = SteadyClock::now();
+        io_id = std::this_thread::get_id();
+        bool listen_failed = false;
         for (;;) {
+            if (listen_stale) {  // a caller's thread lost the connection
+                receiver.reset();
+                listen.reset();
+                listen_stale = false;
+            } else if (listen_failed) {
+                connection_lost();
+            }
+            listen_failed = false;
+            if (up && !notified.empty()) handle_notifications();
+            notified.clear();
             run_commands();
             {
-                std::lock_guard<std::mutex> lock(cmd_m);
+                std::lock_guard<std::mutex> cmd(cmd_m);
                 if (quit) break;
             }
             run_due_tasks();
@@ -833,18 +1023,10 @@ struct ContendServiceFactory::Core final : detail::Io {
                 connect();
                 continue;
             }
-            if (up) {
-                // Due attempts, at most a batch before looking at commands again.
-                int budget = 64;
-                while (up && budget-- > 0 && !timers.empty() && timers.top().at <= SteadyClock::now()) {
-                    ServicePtr svc = timers.top().live();
-                    timers.pop();
-                    if (svc) attempt(svc);
-                }
-                if (budget <= 0) {
-                    poll_once(0);
-                    continue;
-                }
+            // Due attempts: one batch, then commands and notifications again.
+            if (up && !timers.empty() && timers.top().at <= now) {
+                auto batch = due_batch();
+                if (!batch.empty()) attempt_batch(batch);
             }
             // Drop cancelled timers at the top so they do not shorten the wait.
             while (!timers.empty() && !timers.top().live()) timers.pop();
@@ -855,32 +1037,66 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (!tasks.empty()) until = std::min(until, tasks.top().at);
             auto wait = duration_cast<milliseconds>(until - now);
             if (until > now && wait.count() == 0) wait = milliseconds(1);
-            poll_once(std::max<std::int64_t>(0, wait.count()));
+            const int lsock = (up && listen) ? listen->sock() : -1;
+            poll_until = now + wait;
+            // Callers may do I/O work while this thread sleeps (start_now, stop).
+            lock.unlock();
+            // NOTIFYs for mutexes nobody here waits for (our own releases
+            // among them) do not take io_m: sleep on, out of callers' way.
+            for (;;) {
+                auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
+                auto woke = poll_once(lsock, left.count());
+                if (woke.listen) listen_failed = !read_notifications();
+                if (!woke.listen || woke.other || listen_failed || !notified.empty()) break;
+            }
+            lock.lock();
+            poll_until = {};
         }
         // Shutdown: stop services still running, then close.
         {
-            std::lock_guard<std::mutex> lock(cmd_m);
+            std::lock_guard<std::mutex> cmd(cmd_m);
             closed = true;
         }
         run_commands();
         std::vector<ServicePtr> left(services.begin(), services.end());
         for (auto& s : left) io_stop(s);
         drop_connections();
+        io_done = true;
     }
 
-    void poll_once(std::int64_t timeout_ms) {
+    struct Woke {
+        bool listen = false;  // `lsock` is readable
+        bool other = false;   // woken (wake()), or the timeout passed
+    };
+
+    /// Sleeps until woken, `lsock` is readable or the timeout.
+    Woke poll_once(int lsock, std::int64_t timeout_ms) {
         pollfd fds[2];
         int n = 0;
         fds[n++] = pollfd{wake_fd, POLLIN, 0};
-        int lsock = (up && listen) ? listen->sock() : -1;
         if (lsock >= 0) fds[n++] = pollfd{lsock, POLLIN, 0};
-        int rc = ::poll(fds, n, static_cast<int>(std::min<std::int64_t>(timeout_ms, 60000)));
-        if (rc <= 0) return;
+        timeout_ms = std::clamp<std::int64_t>(timeout_ms, 0, 60000);
+        int rc = ::poll(fds, n, static_cast<int>(timeout_ms));
+        Woke w;
+        if (rc <= 0) {  // timeout (or EINTR): look again
+            w.other = true;
+            return w;
+        }
         if (fds[0].revents & POLLIN) {
             std::uint64_t v;
             [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
+            w.other = true;
         }
-        if (n > 1 && fds[1].revents) handle_notifications();
+        w.listen = n > 1 && fds[1].revents;
+        return w;
+    }
+
+    /// After I/O work done by a caller's thread: wakes the I/O thread if it
+    /// sleeps past something that is now due earlier (caller holds io_m).
+    void wake_if_needed() {
+        if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
+        bool earlier = !up || (!timers.empty() && timers.top().at < poll_until);
+        if (earlier) wake();
     }
 
     // Configuration.
@@ -901,11 +1117,24 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::atomic<int> open_connections{0};
     std::atomic<std::uint64_t> connects{0};
     std::atomic<std::int64_t> stmt_timeout_ms{0};
+    std::atomic<std::uint64_t> acquire_statements{0}, acquire_calls{0};
     mutable std::mutex state_m;
     mutable std::condition_variable state_cv;
     bool up_flag = false;
 
-    // I/O thread only.
+    // I/O state: the I/O thread's, guarded by io_m. The I/O thread holds it
+    // except while it sleeps in poll(); a caller's thread takes it to start
+    // or stop a service itself (a round trip without two thread hand-offs).
+    // Lock order: io_m -> ServiceCore::m -> Executor::m.
+    std::mutex io_m;
+    SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
+    bool io_done = false;                   // the I/O thread has exited
+    bool listen_stale = false;              // dropped by a caller: the I/O thread closes `listen`
+    std::thread::id io_id;
+    // The mutexes of running services, for filtering NOTIFYs without io_m
+    // (changed under io_m and names_m, read under names_m).
+    std::mutex names_m;
+    std::unordered_map<std::string, int> names;
     bool up = false;
     std::unique_ptr<pqxx::connection> stmt;
     std::unique_ptr<pqxx::connection> listen;
@@ -949,6 +1178,8 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     Metrics metrics_snapshot() {
         Metrics out;
+        out.acquire_statements = acquire_statements.load(std::memory_order_relaxed);
+        out.acquire_calls = acquire_calls.load(std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(metrics_m);
         for (auto& [key, cell] : metric_cells) out.mutexes.push_back(cell->snapshot());  // sorted by the map
         for (auto& w : metric_services) {
@@ -1016,26 +1247,44 @@ protected:
             throw IllegalStateError("the factory of this service has shut down");
     }
 
+    void start_contend_now() override {
+        std::lock_guard<std::mutex> io(core_->io_m);
+        if (core_->io_done) throw IllegalStateError("the factory of this service has shut down");
+        core_->run_commands();  // what was posted before (an earlier start()) goes first
+        core_->io_start(svc_, true);
+        core_->wake_if_needed();
+    }
+
+    bool wait_owner(SteadyClock::time_point until) const override {
+        std::unique_lock<std::mutex> lock(svc_->m);
+        svc_->owner_cv.wait_until(lock, until, [&] { return svc_->owned && SteadyClock::now() < svc_->deadline; });
+        return svc_->owned && SteadyClock::now() < svc_->deadline;
+    }
+
     void stop_contend() override {
-        auto core = core_;
-        auto svc = svc_;
-        auto done = std::make_shared<std::promise<void>>();
-        auto fut = done->get_future();
-        if (core_->post_io([core, svc, done] {
-                core->io_stop(svc);
-                done->set_value();
-            })) {
-            fut.wait();
-        } else {
-            std::lock_guard<std::mutex> lock(svc_->m);
-            svc_->owned = false;
-            svc_->active = false;
+        {
+            // The release round trip on this thread (the I/O thread sleeps or
+            // finishes its batch first).
+            std::lock_guard<std::mutex> io(core_->io_m);
+            if (!core_->io_done) {
+                core_->run_commands();  // what was posted before (the start() this stops) goes first
+                core_->io_stop(svc_);
+                core_->wake_if_needed();  // e.g. the connection was lost
+            } else {
+                std::lock_guard<std::mutex> lock(svc_->m);
+                svc_->owned = false;
+                svc_->active = false;
+            }
         }
         if (core_->executor.on_this_thread()) {
             // stop() from inside a callback: run this service's remaining
             // callbacks here, now, so none runs after stop() returns.
             Core::drain_all(*svc_);
             return;
+        }
+        {
+            std::lock_guard<std::mutex> lock(svc_->m);
+            if (svc_->pending.empty() && !svc_->in_callback) return;  // nothing can run after we return
         }
         auto barrier = std::make_shared<std::promise<void>>();
         auto bfut = barrier->get_future();

@@ -24,12 +24,19 @@ MutexContendService::MutexContendService(std::shared_ptr<MutexContender> contend
     if (!contender_) throw InvalidArgumentError("contender must not be null", "22004");
 }
 
-void MutexContendService::start() {
+void MutexContendService::start() { start_with(&MutexContendService::start_contend); }
+
+bool MutexContendService::start_and_wait(SteadyClock::time_point until) {
+    start_with(&MutexContendService::start_contend_now);
+    return wait_owner(until);
+}
+
+void MutexContendService::start_with(void (MutexContendService::*how)()) {
     Status expected = Status::INITIAL;
     if (!status_.compare_exchange_strong(expected, Status::STARTING))
         throw IllegalStateError(std::string("start() needs status INITIAL, not ") + to_string(expected));
     try {
-        start_contend();
+        (this->*how)();
     } catch (...) {
         status_.store(Status::INITIAL);
         throw;

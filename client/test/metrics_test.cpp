@@ -85,8 +85,11 @@ TEST(Metrics, ExpositionPassesTheChecker) {
 TEST(Metrics, EmptySnapshotIsValid) {
     auto r = prom_check::check(simba::to_prometheus({}));
     EXPECT_TRUE(r.ok()) << r.error_text();
-    EXPECT_TRUE(r.samples.empty());
-    EXPECT_EQ(r.types.size(), 12u);
+    // Only the two factory-wide counters, at zero.
+    EXPECT_EQ(r.samples.size(), 2u);
+    EXPECT_EQ(r.value("simba_client_acquire_statements_total", {}), 0);
+    EXPECT_EQ(r.value("simba_client_acquire_calls_total", {}), 0);
+    EXPECT_EQ(r.types.size(), 14u);
 }
 
 TEST(Metrics, BadLabelNamesRejected) {

@@ -20,6 +20,7 @@ public:
     bool is_owner() const override { return false; }
     std::int64_t fence() const override { return 0; }
     MutexState state() const override { return {}; }
+    bool wait_owner(SteadyClock::time_point) const override { return false; }
 
     std::atomic<int> inside{0};     // threads inside start_contend/stop_contend
     std::atomic<int> overlaps{0};

@@ -50,6 +50,10 @@ public:
         std::lock_guard<std::mutex> lock(m_);
         return state_;
     }
+    bool wait_owner(SteadyClock::time_point until) const override {
+        std::unique_lock<std::mutex> lock(m_);
+        return cv_.wait_until(lock, until, [&] { return owned_ && SteadyClock::now() < deadline_; });
+    }
 
 protected:
     void start_contend() override {
@@ -133,6 +137,7 @@ private:
             owned_ = mine;
             if (mine) deadline_ = o.transition_deadline() - std::chrono::milliseconds(20);
         }
+        if (acquired) cv_.notify_all();
         if (acquired) contender()->on_acquired(st);
         if (released) contender()->on_released(st);
     }
@@ -141,7 +146,7 @@ private:
     const ContendOptions opts_;
     ContendPeriod period_;
     mutable std::mutex m_;
-    std::condition_variable cv_;
+    mutable std::condition_variable cv_;
     bool quit_ = false;
     bool owned_ = false;
     SteadyClock::time_point deadline_{};

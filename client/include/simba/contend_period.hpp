@@ -36,8 +36,12 @@ struct Jitter {
 
 class ContendPeriod {
 public:
-    explicit ContendPeriod(std::string contender_id, Jitter jitter = {},
-                           std::uint64_t seed = std::random_device{}());
+    explicit ContendPeriod(std::string contender_id, Jitter jitter = {}, std::uint64_t seed = random_seed());
+
+    /// A different seed per call: one random_device read per process, then
+    /// a counter mixed by splitmix64 (a random_device per service costs more
+    /// than a lock round trip).
+    static std::uint64_t random_seed();
 
     const std::string& contender_id() const noexcept { return contender_id_; }
     const Jitter& jitter() const noexcept { return jitter_; }

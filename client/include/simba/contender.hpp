@@ -28,6 +28,10 @@ public:
     virtual void on_acquired(const MutexState& state);
     /// This contender stopped being owner: lost, expired, or released by stop().
     virtual void on_released(const MutexState& state);
+    /// False for a contender whose callbacks do nothing and that reads
+    /// is_owner() / wait_owner() instead (Locker's): its service then queues
+    /// no callbacks, and stop() needs no hand-off to the handle thread.
+    [[nodiscard]] virtual bool has_callbacks() const noexcept { return true; }
 
 private:
     std::string mutex_;

@@ -57,6 +57,14 @@ struct FactoryOptions {
     /// Retry delay after a failed statement on a healthy connection (capped
     /// by a quarter of the service's ttl).
     std::chrono::milliseconds retry_delay{500};
+    /// Batching: due attempts (renewals and waiters' polls) of up to
+    /// batch_max services go to the server in one statement, sorted by mutex
+    /// name. An attempt due within batch_window (at most a tenth of its ttl)
+    /// joins an earlier one's batch: with many services the server sees a
+    /// few statements a second instead of one per attempt. batch_max = 1
+    /// sends one statement per attempt.
+    int batch_max = 100;
+    std::chrono::milliseconds batch_window{50};
     /// libpq connect_timeout (seconds, libpq's minimum is 2) and TCP keepalives;
     /// each is used only when the connection string does not set it.
     int connect_timeout_s = 5;

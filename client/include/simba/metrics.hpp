@@ -55,6 +55,10 @@ struct MutexMetrics {
 /// A snapshot of a factory's metrics, sorted by (mutex, contender).
 struct Metrics {
     std::vector<MutexMetrics> mutexes;
+    /// Factory-wide: statements that carried simba_acquire calls (a batch of
+    /// attempts counts once), and the calls they carried.
+    std::uint64_t acquire_statements = 0;
+    std::uint64_t acquire_calls = 0;
     /// The entry for (mutex, contender), or nullptr.
     [[nodiscard]] const MutexMetrics* find(const std::string& mutex, const std::string& contender) const;
     /// Entries of `mutex` summed over contender ids (gauges: any owner / the owner's fence).

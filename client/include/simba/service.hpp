@@ -45,6 +45,14 @@ public:
 
     /// INITIAL -> STARTING -> RUNNING. Contention begins on the I/O thread.
     void start();
+    /// start(), then blocks until is_owner() or `until` passes; returns
+    /// is_owner(). The service stays RUNNING either way (stop() it). Where
+    /// the backend can, the first attempt runs on the calling thread
+    /// (PostgreSQL: one round trip, no hand-off to the I/O thread); Locker
+    /// is built on it.
+    bool start_and_wait(SteadyClock::time_point until);
+    /// Blocks until is_owner() or `until` passes; returns is_owner().
+    virtual bool wait_owner(SteadyClock::time_point until) const = 0;
     /// RUNNING -> STOPPING -> INITIAL. Releases the mutex if held (the
     /// server NOTIFYs waiters), fires on_released for an owner, and returns
     /// only after every callback of this service has run.
@@ -69,9 +77,13 @@ public:
 protected:
     explicit MutexContendService(std::shared_ptr<MutexContender> contender);
     virtual void start_contend() = 0;
+    /// start_contend() with the first attempt on the calling thread, where
+    /// the backend can; start_and_wait() calls it.
+    virtual void start_contend_now() { start_contend(); }
     virtual void stop_contend() = 0;
 
 private:
+    void start_with(void (MutexContendService::*how)());
     std::shared_ptr<MutexContender> contender_;
     std::atomic<Status> status_{Status::INITIAL};
 };
