@@ -41,7 +41,12 @@ int main(int argc, char** argv) {
     raw.exec("SET statement_timeout = 2000");  // as the factory does
     raw.prepare("acq", kAcquireSql);
     raw.prepare("rel", kReleaseSql);
-    simba::pg::ContendServiceFactory factory;
+    // --listen none: poll only. The factory's own LISTEN connection gets the
+    // NOTIFY of every release it makes, which wakes its I/O thread; this
+    // shows what that costs.
+    simba::pg::FactoryOptions fo;
+    fo.listen_conninfo = arg(argc, argv, "listen", "");
+    simba::pg::ContendServiceFactory factory("", fo);
     if (!factory.wait_connected(std::chrono::seconds(10))) throw std::runtime_error("factory did not connect");
     std::vector<std::string> names;
     for (int i = 0; i < mutexes; ++i) names.push_back("bench-ov-" + std::to_string(i));
@@ -52,7 +57,8 @@ int main(int argc, char** argv) {
 
     std::map<std::string, std::vector<double>> lat;  // microseconds per op
     std::map<std::string, std::vector<double>> rate;
-    const std::vector<std::string> order = {"libpq", "locker", "locker-reuse"};
+    std::vector<std::string> order = {"libpq", "locker", "locker-reuse"};
+    if (auto only = arg(argc, argv, "only", ""); !only.empty()) order = {only};  // profiling one path
     std::printf("benchmark 5: %d alternating batches x %d acquire+release\n", batches, per);
     std::fflush(stdout);
     for (int b = 0; b < batches + 1; ++b) {  // batch 0 warms up and is dropped
@@ -86,7 +92,7 @@ int main(int argc, char** argv) {
     }
     Table t;
     t.rows.push_back({"path", "ops", "p50 us", "p90 us", "p99 us", "mean us", "ops/s", "p50 / libpq", "mean / libpq"});
-    auto base = summarize(lat["libpq"]);
+    auto base = summarize(lat[order.front()]);
     std::string json = "{\"batches\": " + std::to_string(batches) + ", \"ops_per_batch\": " + std::to_string(per) +
                        ", \"results\": [";
     bool first = true;

@@ -5,8 +5,12 @@
 // steady state is measured over a window: threads (/proc/self/status),
 // connections (the factory and pg_stat_activity), RSS, CPU % of this
 // process and of its server backends, and the statements reaching the
-// server (pg_stat_statements, top level). Owner statements are renewals
-// (sum of version over the mutexes); waiter statements are the rest.
+// server (pg_stat_statements, top level). The factory batches due attempts
+// (FactoryOptions::batch_max, 100); sizes listed in --unbatched run again
+// with batch_max = 1, one statement per call, as the baseline. Calls =
+// simba_acquire calls (the factory's acquire_calls); owner calls are
+// renewals (sum of version over the mutexes), waiter calls the rest;
+// statements are shared out between them in proportion to their calls.
 #include <simba/simba.hpp>
 
 #include "common.hpp"
@@ -48,6 +52,10 @@ Snapshot snap(Conn& mon, const std::string& prefix, const std::vector<long>& pid
 
 int main(int argc, char** argv) {
     auto sizes = arg_list(argc, argv, "services", "1000,10000");
+    auto unbatched = arg_list(argc, argv, "unbatched", "10000");
+    std::vector<std::pair<int, int>> runs;  // (services, batch_max)
+    for (int n : sizes) runs.push_back({n, simba::pg::FactoryOptions{}.batch_max});
+    for (int n : unbatched) runs.push_back({n, 1});
     double ttl_s = arg_d(argc, argv, "ttl", 10), tr_s = arg_d(argc, argv, "transition", 6);
     double warmup = arg_d(argc, argv, "warmup", 15), window = arg_d(argc, argv, "window", 20);
     std::string json_path = arg(argc, argv, "json", "");
@@ -64,18 +72,21 @@ int main(int argc, char** argv) {
                 " warm-up %.0f s, window %.0f s\n", ttl_s, tr_s, warmup, window);
     std::fflush(stdout);
     Table t;
-    t.rows.push_back({"services", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
-                      "owner stmt/ttl", "waiter stmt/(ttl+tr)", "other stmts/s", "start s", "stop s"});
+    t.rows.push_back({"services", "batch", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
+                      "calls/stmt", "owner calls/ttl", "waiter calls/(ttl+tr)", "owner stmt/ttl",
+                      "waiter stmt/(ttl+tr)", "other stmts/s", "start s", "stop s"});
     std::string json = "{\"ttl_s\": " + json_num(ttl_s) + ", \"transition_s\": " + json_num(tr_s) +
                        ", \"window_s\": " + json_num(window) + ", \"results\": [";
-    for (std::size_t si = 0; si < sizes.size(); ++si) {
-        int n = sizes[si];
-        const std::string prefix = "bench-scale-" + std::to_string(n) + "-";
-        const std::string app = "simba-bench-scale-" + std::to_string(n);
+    for (std::size_t si = 0; si < runs.size(); ++si) {
+        const auto [n, batch_max] = runs[si];
+        const std::string tag = std::to_string(n) + "-" + std::to_string(batch_max);
+        const std::string prefix = "bench-scale-" + tag + "-";
+        const std::string app = "simba-bench-scale-" + tag;
         int threads0 = thread_count();
         long rss0 = rss_kb();
         simba::pg::FactoryOptions fo;
         fo.application_name = app;
+        fo.batch_max = batch_max;
         double t_start = now_us();
         std::vector<std::unique_ptr<simba::MutexContendService>> svcs;
         {
@@ -98,30 +109,39 @@ int main(int argc, char** argv) {
             sleep_ms(std::max(0.0, warmup * 1000 - (now_us() - t_start) / 1000));
             auto pids = backend_pids(mon, app);
             auto a = snap(mon, prefix, pids);
+            auto ma = factory.metrics();
             int threads = thread_count() - threads0;
             sleep_ms(window * 1000);
             auto b = snap(mon, prefix, pids);
+            auto mb = factory.metrics();
             double secs = (b.t - a.t) / 1e6;
             int conns = factory.connection_count();
             long server_conns = static_cast<long>(pids.size());
             long rss = rss_kb();
             double stmts = (b.acquire_calls - a.acquire_calls) / secs;
+            double calls = static_cast<double>(mb.acquire_calls - ma.acquire_calls) / secs;
             double renewals = (b.versions - a.versions) / secs;
-            double waiter_stmts = stmts - renewals;
-            double owner_per_ttl = renewals / (n / 2) * ttl_s;
-            double waiter_per_lease = waiter_stmts / (n - n / 2) * (ttl_s + tr_s);
+            double per_call = calls > 0 ? stmts / calls : 0;
+            double owner_calls = renewals / (n / 2) * ttl_s;
+            double waiter_calls = (calls - renewals) / (n - n / 2) * (ttl_s + tr_s);
+            double owner_per_ttl = owner_calls * per_call;
+            double waiter_per_lease = waiter_calls * per_call;
             double cpu = (b.cpu - a.cpu) / secs * 100, scpu = (b.server_cpu - a.server_cpu) / secs * 100;
             double other = (b.other_calls - a.other_calls) / secs;
             double t_stop = now_us();
             for (auto& s : svcs) s->stop();
             double stopped = (now_us() - t_stop) / 1e6;
             svcs.clear();
-            t.rows.push_back({std::to_string(n), std::to_string(threads),
+            t.rows.push_back({std::to_string(n), std::to_string(batch_max), std::to_string(threads),
                               std::to_string(conns) + " (server " + std::to_string(server_conns) + ")",
                               fmt(rss / 1024.0, 1) + " (+" + fmt((rss - rss0) / 1024.0, 1) + ")", fmt(cpu, 1),
-                              fmt(scpu, 1), fmt(stmts, 1), fmt(owner_per_ttl, 2), fmt(waiter_per_lease, 2),
+                              fmt(scpu, 1), fmt(stmts, 1), fmt(calls / std::max(stmts, 1e-9), 1), fmt(owner_calls, 2),
+                              fmt(waiter_calls, 2), fmt(owner_per_ttl, 3), fmt(waiter_per_lease, 3),
                               fmt(other, 2), fmt(started, 2), fmt(stopped, 2)});
-            json += std::string(si ? ", " : "") + "{\"services\": " + std::to_string(n) + ", \"threads\": " +
+            json += std::string(si ? ", " : "") + "{\"services\": " + std::to_string(n) + ", \"batch_max\": " +
+                    std::to_string(batch_max) + ", \"calls_per_s\": " + json_num(calls) +
+                    ", \"owner_calls_per_ttl\": " + json_num(owner_calls) +
+                    ", \"waiter_calls_per_ttl_plus_transition\": " + json_num(waiter_calls) + ", \"threads\": " +
                     std::to_string(threads) + ", \"connections\": " + std::to_string(conns) +
                     ", \"server_connections\": " + std::to_string(server_conns) + ", \"rss_mb\": " +
                     json_num(rss / 1024.0) + ", \"rss_growth_mb\": " + json_num((rss - rss0) / 1024.0) +
@@ -135,7 +155,8 @@ int main(int argc, char** argv) {
     }
     json += "]}";
     t.print("Benchmark 4 — one process, one factory (threads = added by the factory; targets: 2 connections, fixed "
-            "threads, owner <= 1 stmt/ttl, waiter <= 1 stmt/(ttl+transition), RSS < 64 MB at 10,000)");
+            "threads, owner <= 1 stmt/ttl, waiter <= 1 stmt/(ttl+transition), RSS < 64 MB at 10,000; batch 1 = one "
+            "statement per call, the baseline)");
     write_file(json_path, json);
     return 0;
 }
