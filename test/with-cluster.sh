@@ -10,6 +10,9 @@
 # tests that restart or signal the server, SIMBA_PGDATA and SIMBA_PG_BIN.
 # The cluster is stopped on every exit path; COMMAND's exit status is ours.
 # SIMBA_KEEP_CLUSTER=1 keeps the directory (logs, data) for a post-mortem.
+# SIMBA_CLUSTER_TCP=1 also listens on 127.0.0.1 at a free port (exported as
+# SIMBA_PG_TCP_PORT, and PGPORT becomes that number for the socket too);
+# PGHOST stays the unix socket directory. Off by default.
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 
@@ -33,13 +36,20 @@ stop_cluster() {
 trap stop_cluster EXIT
 trap 'exit 130' INT TERM
 
+listen=''
+port=5432
+if [ "${SIMBA_CLUSTER_TCP:-0}" = 1 ]; then
+  listen=127.0.0.1
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+fi
+
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C \
   --no-instructions >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
 cat >>"$dir/data/postgresql.conf" <<CONF
 # throwaway test cluster: durability traded for speed, room for many clients
-listen_addresses = ''
+listen_addresses = '$listen'
 unix_socket_directories = '$dir'
-port = 5432
+port = $port
 fsync = off
 synchronous_commit = on
 max_connections = 300
@@ -51,7 +61,8 @@ if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/de
   exit 1
 fi
 
-export PGHOST=$dir PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
+export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+if [ -n "$listen" ]; then export SIMBA_PG_TCP_PORT=$port; fi
 export SIMBA_PGDATA=$dir/data SIMBA_PG_BIN=$bin
 set +e
 "$@"

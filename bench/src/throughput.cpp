@@ -11,8 +11,9 @@
 //               (+ its release UPDATE with pg_notify), clock_timestamp() as t
 //   floor_trig  the same statements on simba_mutex itself (its triggers fire):
 //               simba / floor_trig is the function path alone, same table
-//   jdbc        Simba's JDBC protocol: BEGIN; UPDATE; SELECT owner; COMMIT
-//               (+ release UPDATE in autocommit)
+//   jdbc        Simba's JDBC protocol as pgjdbc puts it on the wire:
+//               [BEGIN + UPDATE] in one round trip; SELECT owner (+ server
+//               time); COMMIT (+ release UPDATE in autocommit). See jdbc_* below.
 //   shedlock    ShedLock's PostgreSQL server-time statements: INSERT ... ON
 //               CONFLICT DO UPDATE ... WHERE lock_until <= now; UPDATE unlock;
 //               renew = its extend UPDATE
@@ -22,6 +23,24 @@
 //   simba_batch (renew only) one statement renews up to 100 of the client's
 //               leases: unnest(names) x LATERAL simba_acquire; ops = leases
 //   simba_call  (diagnostic) SELECT simba_acquire(...) without FROM
+// Further diagnostics, run only when named in --only (pair mode unless noted):
+//   simba_client     the client library's own statement (kAcquireSql of
+//                    client/src/pg_factory.cpp: every column, times as
+//                    extract(epoch ...) microseconds); pair and renew
+//   simba_nonotify   simba_acquire + the extension's release UPDATE as plain
+//                    SQL on simba_mutex, no pg_notify (simba / this = the
+//                    release function path + NOTIFY at commit)
+//   floor_nonotify   floor without the pg_notify (floor / this = NOTIFY alone)
+//   jdbc_notify      jdbc whose release also does pg_notify
+//   jdbc_begin_rt    jdbc with BEGIN in a round trip of its own (4 round trips
+//                    per acquire, the replay before it was made faithful)
+//
+// --host H [--port P] connects every PostgreSQL variant there instead of
+// libpq's environment (PGHOST...): e.g. --host 127.0.0.1 for TCP loopback,
+// the transport pgjdbc is limited to (test/with-cluster.sh listens on TCP with
+// SIMBA_CLUSTER_TCP=1 and exports the port as SIMBA_PG_TCP_PORT).
+// --ops N makes every client do exactly N ops per run instead of a timed run
+// (for instruction counts under valgrind; ops/s then include the set-up).
 #include <atomic>
 #include <functional>
 #include <map>
@@ -68,6 +87,9 @@ struct Variant {
         : name(std::move(n)), mode(std::move(m)), needs_redis(r), prepare(std::move(p)), acquire(std::move(a)),
           release(std::move(rel)), op(std::move(o)) {}
 };
+
+std::string g_conninfo;  // --host/--port; "" = libpq's environment
+long g_ops = 0;          // --ops: fixed ops per client instead of --seconds
 
 const char* kTtl = "10 s";
 const char* kTransition = "6 s";
@@ -125,7 +147,30 @@ std::vector<Variant> variants() {
     v.push_back({"floor_trig", "pair", false, floor_prepare_on("simba_mutex"), floor_acq, floor_rel, nullptr});
     v.push_back({"floor_trig", "renew", false, floor_prepare_on("simba_mutex"), floor_acq, floor_rel, nullptr});
     // ---------------------------------------------------------- Simba JDBC
-    auto jdbc_prepare = [](Ctx& c) {
+    // Replays JdbcMutexOwnerRepository (Simba's JDBC backend; reference:
+    // /work/shared/reference/000_*.txt "Optimistic vs. Pessimistic Locking
+    // (JDBC)" and 001_*.txt "Guard (Renewal) Mechanism"; the repository's
+    // acquireAndGetOwner/release) as pgjdbc sends it from a HikariCP pool:
+    //  - acquire and renewal are the same call: autoCommit = false, SQL_ACQUIRE
+    //    (conditional UPDATE; a non-owner wins when transition_at < now, the
+    //    owner while transition_at > now), SQL_GET (the owner row plus the
+    //    server's current time), commit(). pgjdbc sends no BEGIN on
+    //    setAutoCommit(false); it prefixes BEGIN to the first statement in the
+    //    same write, before one Sync (QueryExecutorImpl.sendQueryPreamble), so
+    //    BEGIN + UPDATE is one round trip: 3 round trips per acquire, not 4.
+    //    Here: libpq pipeline mode, BEGIN as an unnamed statement parsed every
+    //    time (pgjdbc sends it as a simple 'Q' query), UPDATE, one Sync.
+    //  - release is SQL_RELEASE alone in autocommit (no transaction block, no
+    //    NOTIFY): 1 round trip.
+    //  - UPDATE/SELECT/COMMIT are named server-side statements: pgjdbc's
+    //    per-connection statement cache keeps the execution count across
+    //    prepareStatement() calls on the pooled connection, so after
+    //    prepareThreshold (5) uses they are server-prepared: steady state.
+    //  - Simba stores epoch millis and frees a row with owner_id = '' and
+    //    times 0; on simba_mutex's timestamptz columns a free row has NULLs,
+    //    hence "owner_id IS NULL"; its times come from the server clock.
+    auto jdbc_prepare_with = [](bool notify) {
+      return [notify](Ctx& c) {
         c.pg->prepare("begin", "BEGIN");
         c.pg->prepare("commit", "COMMIT");
         c.pg->prepare("upd",
@@ -134,14 +179,45 @@ std::vector<Variant> variants() {
                       "       transition_at = pg_catalog.clock_timestamp() + $3::interval + $4::interval,"
                       "       version = version + 1"
                       " WHERE mutex = $1 AND (owner_id IS NULL OR transition_at < pg_catalog.clock_timestamp()"
-                      "       OR owner_id = $2)");
+                      "       OR (owner_id = $2 AND transition_at > pg_catalog.clock_timestamp()))");
         c.pg->prepare("sel",
-                      "SELECT owner_id, mutex, acquired_at, ttl_at, transition_at, version FROM bench_jdbc WHERE mutex = $1");
+                      "SELECT owner_id, acquired_at, ttl_at, transition_at, version,"
+                      "       pg_catalog.clock_timestamp() AS current_at FROM bench_jdbc WHERE mutex = $1");
         c.pg->prepare("rel",
-                      "UPDATE bench_jdbc SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,"
-                      "       version = version + 1 WHERE mutex = $1 AND owner_id = $2");
+                      notify ? "WITH u AS (UPDATE bench_jdbc SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+                               "       transition_at = NULL, version = version + 1 WHERE mutex = $1 AND owner_id = $2"
+                               " RETURNING mutex) SELECT pg_catalog.pg_notify('simba_jdbc', u.mutex) FROM u"
+                             : "UPDATE bench_jdbc SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+                               "       transition_at = NULL, version = version + 1 WHERE mutex = $1 AND owner_id = $2");
+      };
     };
+    auto jdbc_prepare = jdbc_prepare_with(false);
     auto jdbc_acq = [](Ctx& c, int i) {
+        const char* p[] = {c.names[i].c_str(), c.id.c_str(), kTtl, kTransition};
+        PGconn* pc = c.pg->c;
+        // [BEGIN, UPDATE, Sync] in one write, like pgjdbc's query preamble.
+        if (!PQenterPipelineMode(pc) || !PQsendQueryParams(pc, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) ||
+            !PQsendQueryPrepared(pc, "upd", 4, p, nullptr, nullptr, 0) || !PQpipelineSync(pc))
+            throw std::runtime_error(std::string("jdbc pipeline: ") + PQerrorMessage(pc));
+        for (int k = 0; k < 2; ++k) {  // BEGIN, UPDATE: one result each, then NULL
+            PGresult* r = PQgetResult(pc);
+            bool ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+            std::string msg = r ? PQresultErrorMessage(r) : PQerrorMessage(pc);
+            PQclear(r);
+            if (!ok) throw std::runtime_error("jdbc pipeline statement failed: " + msg);
+            PQclear(PQgetResult(pc));
+        }
+        PGresult* r = PQgetResult(pc);
+        bool synced = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+        if (!synced || !PQexitPipelineMode(pc))
+            throw std::runtime_error(std::string("jdbc pipeline sync: ") + PQerrorMessage(pc));
+        std::string owner;
+        c.pg->run("sel", 1, p, &owner);
+        c.pg->run("commit", 0, nullptr);
+        return owner == c.id;
+    };
+    auto jdbc_acq_begin_rt = [](Ctx& c, int i) {  // diagnostic: BEGIN in its own round trip
         const char* p[] = {c.names[i].c_str(), c.id.c_str(), kTtl, kTransition};
         std::string owner;
         c.pg->run("begin", 0, nullptr);
@@ -156,6 +232,52 @@ std::vector<Variant> variants() {
     };
     v.push_back({"jdbc", "pair", false, jdbc_prepare, jdbc_acq, jdbc_rel, nullptr});
     v.push_back({"jdbc", "renew", false, jdbc_prepare, jdbc_acq, jdbc_rel, nullptr});
+    v.push_back({"jdbc_begin_rt", "pair", false, jdbc_prepare, jdbc_acq_begin_rt, jdbc_rel, nullptr});
+    v.push_back({"jdbc_begin_rt", "renew", false, jdbc_prepare, jdbc_acq_begin_rt, jdbc_rel, nullptr});
+    v.push_back({"jdbc_notify", "pair", false, jdbc_prepare_with(true), jdbc_acq, jdbc_rel, nullptr});
+    // ---------------------------------------------------------- diagnostics: NOTIFY, client statement
+    // simba_acquire, then the extension's own release UPDATE as plain SQL (no function, no NOTIFY).
+    auto simba_nn_prepare = [simba_prepare](Ctx& c) {
+        simba_prepare(c);
+        c.pg->prepare("rel_nn",
+                      "UPDATE simba_mutex AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+                      "       transition_at = NULL, version = m.version + 1"
+                      " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()");
+    };
+    auto rel_nn = [](Ctx& c, int i) {
+        const char* p[] = {c.names[i].c_str(), c.id.c_str()};
+        c.pg->run("rel_nn", 2, p);
+    };
+    v.push_back({"simba_nonotify", "pair", false, simba_nn_prepare, simba_acq, rel_nn, nullptr});
+    auto floor_nn_prepare = [floor_prepare](Ctx& c) {
+        floor_prepare(c);
+        c.pg->prepare("rel_nn",
+                      "UPDATE bench_floor AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+                      "       transition_at = NULL, version = m.version + 1"
+                      " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()");
+    };
+    v.push_back({"floor_nonotify", "pair", false, floor_nn_prepare, floor_acq, rel_nn, nullptr});
+    // What the client library sends (client/src/pg_factory.cpp kAcquireSql, kReleaseSql).
+    auto client_prepare = [](Ctx& c) {
+        c.pg->prepare("acq",
+                      "SELECT o.owner_id, o.mutex,"
+                      " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
+                      " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
+                      " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
+                      " o.version, o.fence,"
+                      " (extract(epoch FROM o.current_at) * 1000000)::int8"
+                      " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
+                      " $4::int8 * interval '1 microsecond') AS o");
+        c.pg->prepare("rel", "SELECT simba_release($1, $2)");
+    };
+    auto client_acq = [](Ctx& c, int i) {
+        const char* p[] = {c.names[i].c_str(), c.id.c_str(), "10000000", "6000000"};
+        std::string owner;
+        c.pg->run("acq", 4, p, &owner);
+        return owner == c.id;
+    };
+    v.push_back({"simba_client", "pair", false, client_prepare, client_acq, simba_rel, nullptr});
+    v.push_back({"simba_client", "renew", false, client_prepare, client_acq, simba_rel, nullptr});
     // ---------------------------------------------------------- ShedLock
     auto shed_prepare = [](Ctx& c) {
         c.pg->prepare("lock",
@@ -292,7 +414,7 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
         if (v.needs_redis)
             c->redis = std::make_unique<Redis>(redis_path);
         else
-            c->pg = std::make_unique<Conn>();
+            c->pg = std::make_unique<Conn>(g_conninfo);
         v.prepare(*c);
         if (v.mode == "renew") {  // take the leases this client renews
             for (int i : c->own)
@@ -309,7 +431,7 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
             std::uniform_int_distribution<int> pick(0, mutexes - 1);
             while (!go.load()) std::this_thread::yield();
             long n = 0;
-            while (!stop.load(std::memory_order_relaxed)) {
+            while (g_ops > 0 ? n < g_ops : !stop.load(std::memory_order_relaxed)) {
                 if (v.op) {
                     n += v.op(c);
                 } else if (v.mode == "pair") {
@@ -330,7 +452,7 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
     }
     double t0 = now_us();
     go = true;
-    sleep_ms(seconds * 1000);
+    if (g_ops == 0) sleep_ms(seconds * 1000);
     stop = true;
     for (auto& x : th) x.join();
     double elapsed = (now_us() - t0) / 1e6;
@@ -351,7 +473,7 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
 }
 
 void setup(int mutexes) {
-    Conn c;
+    Conn c(g_conninfo);
     c.exec("SET client_min_messages = warning");
     c.exec("CREATE EXTENSION IF NOT EXISTS simba");
     c.exec("DROP TABLE IF EXISTS bench_floor, bench_jdbc, shedlock");
@@ -380,18 +502,24 @@ int main(int argc, char** argv) {
     std::string redis_path = arg(argc, argv, "redis", "");
     std::string only = arg(argc, argv, "only", "");  // comma list of name/mode, e.g. simba/pair,floor/pair
     std::string json_path = arg(argc, argv, "json", "");
+    std::string host = arg(argc, argv, "host", ""), port = arg(argc, argv, "port", "");
+    if (!host.empty()) g_conninfo += "host=" + host;
+    if (!port.empty()) g_conninfo += " port=" + port;
+    g_ops = static_cast<long>(arg_d(argc, argv, "ops", 0));
 
     setup(mutexes);
     std::vector<Variant> all = variants(), vs;
     for (auto& v : all) {
         if (v.needs_redis && redis_path.empty()) continue;
-        if (v.name == "simba_call" && only.empty()) continue;  // diagnostic: only when asked for
+        static const std::string diag = ",simba_call,simba_client,simba_nonotify,floor_nonotify,jdbc_notify,jdbc_begin_rt,";
+        if (diag.find("," + v.name + ",") != std::string::npos && only.empty()) continue;  // diagnostics: only when asked for
         if (!only.empty() && ("," + only + ",").find("," + v.name + "/" + v.mode + ",") == std::string::npos) continue;
         vs.push_back(v);
     }
     // results[name/mode][clients] = ops/s per round
     std::map<std::string, std::map<int, std::vector<double>>> res, wins;
-    std::printf("benchmark 1: %d rounds x %.1f s per run, %d mutexes, variants alternate\n", rounds, seconds, mutexes);
+    std::printf("benchmark 1: %d rounds x %.1f s per run, %d mutexes, variants alternate, server %s\n", rounds,
+                seconds, mutexes, g_conninfo.empty() ? "from PGHOST/PGPORT" : g_conninfo.c_str());
     std::fflush(stdout);
     for (int r = 0; r < rounds; ++r) {
         for (int c : clients) {
