@@ -167,7 +167,15 @@ void poll_process(int role, int pairs, int trials, long ttl_us, long tr_us) {
                             sleep_ms(5);
                         }
                         sh->held[j].store(i);
-                        wait_for([=] { return sh->contending[j].load() >= i; }, 30, "poller attempt");
+                        wait_for([=] { return sh->contending[j].load() >= i || sh->done[j].load() >= i; }, 30,
+                                 "poller attempt");
+                        if (sh->done[j].load() >= i) {
+                            // The poller won without ever seeing us: a thread
+                            // descheduled past our lease on a loaded machine. No
+                            // handoff to time; the trial is left out (t_acq NaN).
+                            sh->t_acq[j * trials + i] = NAN;
+                            continue;
+                        }
                         sleep_ms(hold_ms(rng));
                         sh->t_rel[j * trials + i] = now_us();
                         release(c, m, me);
@@ -181,7 +189,7 @@ void poll_process(int role, int pairs, int trials, long ttl_us, long tr_us) {
                         for (;;) {
                             auto o = acquire(c, m, me, ttl_us, tr_us);
                             if (o.owner_id == me) {
-                                sh->t_acq[j * trials + i] = now_us();
+                                if (sh->contending[j].load() >= i) sh->t_acq[j * trials + i] = now_us();
                                 break;
                             }
                             sh->contending[j].store(i);

@@ -1,6 +1,6 @@
 #include "simba/contend_period.hpp"
 
-#include <atomic>
+#include <mutex>
 
 namespace simba {
 
@@ -12,12 +12,10 @@ MutexOwner MutexOwner::none(std::string mutex, SteadyClock::time_point anchor) {
 }
 
 std::uint64_t ContendPeriod::random_seed() {
-    static const std::uint64_t base = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-    static std::atomic<std::uint64_t> calls{0};
-    std::uint64_t z = base + calls.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    static std::mutex m;
+    static SplitMix64 seeds((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}());
+    std::lock_guard<std::mutex> lock(m);
+    return seeds();
 }
 
 ContendPeriod::ContendPeriod(std::string contender_id, Jitter jitter, std::uint64_t seed)
