@@ -311,7 +311,8 @@ struct ServiceCore {
     std::deque<std::function<void()>> pending;  // callbacks not yet run
     bool in_callback = false;    // one of them is running on the handle thread
     SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
-    std::condition_variable owner_cv;  // owned turned true (wait_owner)
+    std::condition_variable owner_cv;  // owned turned true, or stopped (wait_owner)
+    std::uint64_t stops = 0;           // io_stop()s so far
 
     // I/O thread only.
     MutexOwner last;             // last owner seen from the server
@@ -711,6 +712,8 @@ struct ContendServiceFactory::Core final : detail::Io {
                 emit(svc, [c, st] { c->on_released(st); });
             }
             svc->active = false;
+            ++svc->stops;
+            svc->owner_cv.notify_all();  // wait_owner() returns: stopped
         }
         svc->last = MutexOwner::none(svc->mutex);
         update_statement_timeout();
@@ -1256,8 +1259,12 @@ protected:
     }
 
     bool wait_owner(SteadyClock::time_point until) const override {
+        if (status() == Status::INITIAL) return false;  // not started, or stopped
         std::unique_lock<std::mutex> lock(svc_->m);
-        svc_->owner_cv.wait_until(lock, until, [&] { return svc_->owned && SteadyClock::now() < svc_->deadline; });
+        const auto stops = svc_->stops;
+        svc_->owner_cv.wait_until(lock, until, [&] {
+            return svc_->stops != stops || (svc_->owned && SteadyClock::now() < svc_->deadline);
+        });
         return svc_->owned && SteadyClock::now() < svc_->deadline;
     }
 
@@ -1274,6 +1281,8 @@ protected:
                 std::lock_guard<std::mutex> lock(svc_->m);
                 svc_->owned = false;
                 svc_->active = false;
+                ++svc_->stops;
+                svc_->owner_cv.notify_all();
             }
         }
         if (core_->executor.on_this_thread()) {

@@ -400,6 +400,43 @@ TEST(Locker, WaiterGetsTheLockWhenTheHolderReleases) {
     EXPECT_GT(fence_b, 0);
 }
 
+TEST(Locker, WaitOwnerReturnsOnOwnershipTimeoutOrStop) {
+    simba::pg::ContendServiceFactory factory("", test_options("wait"));
+    const auto m = unique_name("wait");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto b = std::make_shared<Recorder>(m, "B");
+    auto sa = factory.create(a, lease(3000ms, 2000ms));
+    auto sb = factory.create(b, lease(3000ms, 2000ms));
+    EXPECT_FALSE(sa->wait_owner(SteadyClock::now() + 10s));  // not started: at once
+    sa->start();  // async start, then wait: no callback needed
+    ASSERT_TRUE(sa->wait_owner(SteadyClock::now() + 10s));
+    EXPECT_EQ(a->acquired_count(), 1);  // the callback ran as well (A has callbacks)
+    // B waits; A holds: a bounded wait ends at its bound, never early.
+    sb->start();
+    auto t0 = SteadyClock::now();
+    EXPECT_FALSE(sb->wait_owner(t0 + 300ms));
+    EXPECT_GE(SteadyClock::now() - t0, 300ms);
+    // stop() from another thread ends an unbounded wait.
+    std::atomic<bool> returned{false};
+    bool owner = true;
+    std::thread waiter([&] {
+        owner = sb->wait_owner(SteadyClock::time_point::max());
+        returned = true;
+    });
+    ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "A"; }, 5s));
+    EXPECT_FALSE(returned.load());
+    sb->stop();
+    waiter.join();
+    EXPECT_FALSE(owner);
+    // start_and_wait: the first attempt on this thread wins a free mutex.
+    sa->stop();
+    t0 = SteadyClock::now();
+    EXPECT_TRUE(sb->start_and_wait(SteadyClock::now() + 5s));
+    EXPECT_LT(SteadyClock::now() - t0, 1000ms);
+    EXPECT_GT(sb->fence(), 0);
+    sb->stop();
+}
+
 // -------------------------------------------------------------- scheduler
 
 TEST(Scheduler, RunsWorkOnlyWhileLeader) {

@@ -51,7 +51,8 @@ public:
     /// (PostgreSQL: one round trip, no hand-off to the I/O thread); Locker
     /// is built on it.
     bool start_and_wait(SteadyClock::time_point until);
-    /// Blocks until is_owner() or `until` passes; returns is_owner().
+    /// Blocks until is_owner(), `until` passes or the service stops;
+    /// returns is_owner().
     virtual bool wait_owner(SteadyClock::time_point until) const = 0;
     /// RUNNING -> STOPPING -> INITIAL. Releases the mutex if held (the
     /// server NOTIFYs waiters), fires on_released for an owner, and returns
