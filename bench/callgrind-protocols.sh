@@ -45,18 +45,14 @@ psql -qc 'CREATE EXTENSION simba'
 
 N1=${N1:-200} N2=${N2:-1200}
 ir_of() { callgrind_annotate "$1" 2>/dev/null | sed -n 's/^\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d , ; }
-newest() { ls "$dir"/cg.* | sed 's/.*cg\.//' | sort -n | tail -1; }
 for v in "$@"; do
   declare -A ir=()
   for n in $N1 $N2; do
-    before=$(ls "$dir"/cg.* | wc -l)
-    "$bench" --ops "$n" --rounds 1 --clients 1 --only "$v" >/dev/null
-    # Two backends (set-up, then the client) write their profiles as they
-    # exit; the client's is the higher pid.
-    for _ in $(seq 600); do [ "$(ls "$dir"/cg.* | wc -l)" -ge $((before + 2)) ] && break; sleep 0.1; done
-    [ "$(ls "$dir"/cg.* | wc -l)" -ge $((before + 2)) ] || { echo "$0: no profiles for $v" >&2; exit 1; }
-    pid=$(newest)
-    while [ -d "/proc/$pid" ]; do sleep 0.1; done  # the dump is complete once it exited
+    pid=$("$bench" --ops "$n" --rounds 1 --clients 1 --only "$v" 2>&1 >/dev/null |
+      sed -n 's/^client backend pid \([0-9]*\)$/\1/p' | tail -1)
+    [ -n "$pid" ] || { echo "$0: no client backend for $v" >&2; exit 1; }
+    # Its profile is written as it exits.
+    for _ in $(seq 600); do [ ! -d "/proc/$pid" ] && [ -s "$dir/cg.$pid" ] && break; sleep 0.1; done
     ir[$n]=$(ir_of "$dir/cg.$pid")
     cp "$dir/cg.$pid" "$out/protocol.${v/\//_}.$n"
   done

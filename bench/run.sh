@@ -22,8 +22,9 @@ if [ "${1:-}" != --suite ]; then
   $sudo make -s install >/dev/null
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
-    >/dev/null
-  exec test/with-cluster.sh "$0" --suite "$@"
+    bench_delay_proxy >/dev/null
+  # TCP on 127.0.0.1 as well: benchmark 1 also runs through a delay proxy.
+  SIMBA_CLUSTER_TCP=1 exec test/with-cluster.sh "$0" --suite "$@"
 fi
 shift
 want=${*:-1 2 3 4 5}
@@ -37,8 +38,10 @@ quick=${BENCH_QUICK:-0}
 # A private Redis: unix socket only (port 0 = no TCP), no persistence.
 redis_dir=$(mktemp -d "${TMPDIR:-/tmp}/simba-redis.XXXXXX")
 redis_pid=""
+proxy_pid=""
 cleanup() {
   [ -z "$redis_pid" ] || kill "$redis_pid" 2>/dev/null || true
+  [ -z "$proxy_pid" ] || kill "$proxy_pid" 2>/dev/null || true
   rm -rf "$redis_dir"
 }
 trap cleanup EXIT
@@ -63,7 +66,21 @@ else
 fi
 
 rc=0
-if on 1; then "$bin/bench_throughput" "${b1[@]}" --redis "$redis_dir/redis.sock" --json "$out/throughput.json" 2>&1 | log || rc=1; fi
+if on 1; then
+  "$bin/bench_throughput" "${b1[@]}" --redis "$redis_dir/redis.sock" --json "$out/throughput.json" 2>&1 | log || rc=1
+  # The same statements at a datacenter round trip (0.2 ms: 100 us each way
+  # through bench_delay_proxy), one client: what a service across the
+  # network sees, where round trips cost what the server's work does.
+  coproc PROXY { exec "$bin/bench_delay_proxy" "$SIMBA_PG_TCP_PORT" 100; }
+  proxy_pid=$PROXY_PID
+  read -r _ proxy_port <&"${PROXY[0]}"
+  echo "benchmark 1 at a 0.2 ms round trip (bench_delay_proxy on port $proxy_port, 100 us each way), 1 client" | log
+  "$bin/bench_throughput" "${b1[@]}" --clients 1 --host 127.0.0.1 --port "$proxy_port" \
+    --only simba/pair,floor/pair,jdbc/pair,shedlock/pair,simba/renew,floor/renew,jdbc/renew,shedlock/renew \
+    --json "$out/throughput-rtt.json" 2>&1 | log || rc=1
+  kill "$proxy_pid" 2>/dev/null || true
+  proxy_pid=""
+fi
 if on 2; then "$bin/bench_handoff" "${b2[@]}" --ttl 1 --transition 1 --json "$out/handoff.json" 2>&1 | log || rc=1; fi
 if on 3; then
   "$bin/bench_failover" "${b3[@]}" --ttl 1 --transition 1 --label " (ttl 1 s, transition 1 s)" --json "$out/failover-1s.json" 2>&1 | log || rc=1
@@ -76,7 +93,7 @@ if on 5; then "$bin/bench_overhead" "${b5[@]}" --json "$out/overhead.json" 2>&1 
 {
   echo "{\"date\": \"$(date -u +%FT%TZ)\", \"cores\": $(nproc),"
   sep=""
-  for name in throughput handoff failover-1s failover-default scale overhead; do
+  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead; do
     [ -s "$out/$name.json" ] || continue
     printf '%s"%s": ' "$sep" "$name"; cat "$out/$name.json"; sep=", "
   done

@@ -40,7 +40,10 @@ listen=''
 port=5432
 if [ "${SIMBA_CLUSTER_TCP:-0}" = 1 ]; then
   listen=127.0.0.1
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for _ in $(seq 50); do  # a port nothing listens on (bash only: no python on a bare machine)
+    port=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+  done
 fi
 
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C \

@@ -415,6 +415,8 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
             c->redis = std::make_unique<Redis>(redis_path);
         else
             c->pg = std::make_unique<Conn>(g_conninfo);
+        // With --ops (callgrind-protocols.sh): which backend did the work.
+        if (g_ops > 0 && c->pg) std::fprintf(stderr, "client backend pid %d\n", PQbackendPID(c->pg->c));
         v.prepare(*c);
         if (v.mode == "renew") {  // take the leases this client renews
             for (int i : c->own)
