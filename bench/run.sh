@@ -4,7 +4,8 @@
 # throwaway cluster (test/with-cluster.sh) and a private redis-server on a
 # unix socket. Prints one table per benchmark; writes build/bench-results/results.json,
 # build/bench-results/bench.log and the charts build/bench-results/throughput.{png,svg},
-# build/bench-results/handoff.{png,svg}.
+# build/bench-results/handoff.{png,svg}. Benchmark 1 also runs at a 0.2 ms
+# round trip, through bench_delay_proxy on TCP loopback.
 #
 #   bench/run.sh                  everything (about 6 minutes on 2 cores)
 #   BENCH_QUICK=1 bench/run.sh    shorter runs, for trying changes
