@@ -51,6 +51,7 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
     }
     if (!ok) {
         release();
+        if (!bounded) throw IllegalStateError("Locker for mutex " + mutex() + " was released while acquiring");
         throw TimeoutError("timed out acquiring mutex " + mutex());
     }
     std::lock_guard<std::mutex> lock(call_mutex_);
