@@ -401,6 +401,7 @@ TEST(Locker, WaiterGetsTheLockWhenTheHolderReleases) {
 }
 
 TEST(Locker, WaitOwnerReturnsOnOwnershipTimeoutOrStop) {
+    auto db = admin();  // creates the extension when this test runs alone
     simba::pg::ContendServiceFactory factory("", test_options("wait"));
     const auto m = unique_name("wait");
     auto a = std::make_shared<Recorder>(m, "A");
