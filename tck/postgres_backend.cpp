@@ -116,15 +116,23 @@ Backend detail::postgres_backend_via(std::string name, std::string pooler_dsn, s
         }
         // Through the pooler: the client's connections to the pooler, plus
         // its direct ones (the role's backends that are not pooler servers).
-        const auto pooled = pooler_rows(pooler_dsn, "SHOW CLIENTS", "user", role);
-        const auto servers = pooler_rows(pooler_dsn, "SHOW SERVERS", "remote_pid", "");
-        return static_cast<int>(pooled.size()) + admin->with([&](pqxx::connection& c) {
+        // Backends are listed first, the pooler's servers after: a server
+        // connection still logging in when listed (the pooler shows its pid
+        // only once the login is done) has finished by then, and is not
+        // miscounted as a direct connection.
+        const auto backends = admin->with([&](pqxx::connection& c) {
             pqxx::nontransaction tx(c);
-            int direct = 0;
+            std::vector<std::string> pids;
             for (const auto& r : tx.exec_params("SELECT pid::text FROM pg_stat_activity WHERE usename = $1", role))
-                direct += std::find(servers.begin(), servers.end(), r[0].as<std::string>()) == servers.end();
-            return direct;
+                pids.push_back(r[0].as<std::string>());
+            return pids;
         });
+        const auto servers = pooler_rows(pooler_dsn, "SHOW SERVERS", "remote_pid", "");
+        const auto pooled = pooler_rows(pooler_dsn, "SHOW CLIENTS", "user", role);
+        int direct = 0;
+        for (const auto& pid : backends)
+            direct += std::find(servers.begin(), servers.end(), pid) == servers.end();
+        return static_cast<int>(pooled.size()) + direct;
     };
 
     b.cut_off_client = [admin](const std::string& tag) {
