@@ -149,6 +149,20 @@ struct Table {
 
 // ------------------------------------------------------------ libpq
 
+/// The client library's acquire and release statements (kAcquireSql and
+/// kReleaseSql of client/src/pg_factory.cpp; keep them in step): the owner
+/// row with its times as epoch microseconds, mutex in column 0, owner_id in 1.
+inline const char* const kClientAcquireSql =
+    "SELECT o.mutex, o.owner_id,"
+    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
+    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
+    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
+    " o.version, o.fence,"
+    " (extract(epoch FROM o.current_at) * 1000000)::int8"
+    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
+    " $4::int8 * interval '1 microsecond') AS o";
+inline const char* const kClientReleaseSql = "SELECT simba_release($1, $2)";
+
 struct Conn {
     PGconn* c = nullptr;
     explicit Conn(const std::string& conninfo = "") {
@@ -198,14 +212,15 @@ struct Conn {
         }
         PQclear(r);
     }
-    /// Runs a prepared statement with text parameters; returns rows (-1 on error, message in err).
-    int run(const char* name, int n, const char* const* params, std::string* first = nullptr) {
+    /// Runs a prepared statement with text parameters; returns rows. `first`
+    /// gets the first row's column `col` ("" for NULL).
+    int run(const char* name, int n, const char* const* params, std::string* first = nullptr, int col = 0) {
         PGresult* r = PQexecPrepared(c, name, n, params, nullptr, nullptr, 0);
         auto st = PQresultStatus(r);
         int rows;
         if (st == PGRES_TUPLES_OK) {
             rows = PQntuples(r);
-            if (first && rows > 0) *first = PQgetisnull(r, 0, 0) ? "" : PQgetvalue(r, 0, 0);
+            if (first && rows > 0) *first = PQgetisnull(r, 0, col) ? "" : PQgetvalue(r, 0, col);
         } else if (st == PGRES_COMMAND_OK) {
             rows = std::atoi(PQcmdTuples(r));
         } else {

@@ -107,16 +107,6 @@ void push_process(int p, long n, std::chrono::milliseconds ttl, std::chrono::mil
 
 // ---------------------------------------------------------------- poll
 
-const char* kAcquireSql =
-    "SELECT o.mutex, o.owner_id,"
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
-    " o.version, o.fence,"
-    " (extract(epoch FROM o.current_at) * 1000000)::int8"
-    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
-    " $4::int8 * interval '1 microsecond') AS o";
-
 /// One simba_acquire round trip, parsed the way the client library does.
 simba::MutexOwner acquire(Conn& c, const std::string& mutex, const std::string& id, long ttl_us, long tr_us) {
     std::string ttl = std::to_string(ttl_us), tr = std::to_string(tr_us);
@@ -154,8 +144,8 @@ void poll_process(int role, int pairs, int trials, long ttl_us, long tr_us) {
         th.emplace_back([=] {
             try {
                 Conn c;
-                c.prepare("acq", kAcquireSql);
-                c.prepare("rel", "SELECT simba_release($1, $2)");
+                c.prepare("acq", kClientAcquireSql);
+                c.prepare("rel", kClientReleaseSql);
                 const std::string m = "bench-poll-" + std::to_string(j);
                 std::mt19937_64 rng(1000 + j);
                 if (role == 0) {  // releaser

@@ -15,21 +15,6 @@
 
 using namespace bench;
 
-namespace {
-
-const char* kAcquireSql =
-    "SELECT o.mutex, o.owner_id,"
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
-    " o.version, o.fence,"
-    " (extract(epoch FROM o.current_at) * 1000000)::int8"
-    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
-    " $4::int8 * interval '1 microsecond') AS o";
-const char* kReleaseSql = "SELECT simba_release($1, $2)";
-
-}  // namespace
-
 int main(int argc, char** argv) {
     int batches = static_cast<int>(arg_d(argc, argv, "batches", 6));
     int per = static_cast<int>(arg_d(argc, argv, "ops", 300));
@@ -39,8 +24,8 @@ int main(int argc, char** argv) {
     raw.exec("SET client_min_messages = warning");
     raw.exec("CREATE EXTENSION IF NOT EXISTS simba");
     raw.exec("SET statement_timeout = 2000");  // as the factory does
-    raw.prepare("acq", kAcquireSql);
-    raw.prepare("rel", kReleaseSql);
+    raw.prepare("acq", kClientAcquireSql);
+    raw.prepare("rel", kClientReleaseSql);
     // --listen none: poll only. The factory's own LISTEN connection gets the
     // NOTIFY of every release it makes, which wakes its I/O thread; this
     // shows what that costs.

@@ -101,6 +101,13 @@ bool simba_acq(Ctx& c, int i) {
     return owner == c.id;
 }
 
+/// The extension's release UPDATE on `table`, as plain SQL.
+std::string release_update_on(const std::string& table) {
+    return "UPDATE " + table + " AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+           "       transition_at = NULL, version = m.version + 1"
+           " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()";
+}
+
 std::vector<Variant> variants() {
     std::vector<Variant> v;
     // ---------------------------------------------------------- simba
@@ -125,11 +132,8 @@ std::vector<Variant> variants() {
                       "  FROM (SELECT pg_catalog.clock_timestamp() AS t) AS c"
                       " WHERE m.mutex = $1 AND (m.owner_id IS NULL OR m.owner_id = $2 OR m.transition_at <= c.t)"
                       " RETURNING m.owner_id, m.mutex, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, c.t");
-        c.pg->prepare("rel",
-                      "WITH u AS (UPDATE " + table + " AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
-                      "       transition_at = NULL, version = m.version + 1"
-                      " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()"
-                      " RETURNING m.mutex) SELECT pg_catalog.pg_notify('simba_floor', u.mutex) FROM u");
+        c.pg->prepare("rel", "WITH u AS (" + release_update_on(table) +
+                                 " RETURNING m.mutex) SELECT pg_catalog.pg_notify('simba_floor', u.mutex) FROM u");
       };
     };
     auto floor_prepare = floor_prepare_on("bench_floor");
@@ -236,44 +240,31 @@ std::vector<Variant> variants() {
     v.push_back({"jdbc_begin_rt", "renew", false, jdbc_prepare, jdbc_acq_begin_rt, jdbc_rel, nullptr});
     v.push_back({"jdbc_notify", "pair", false, jdbc_prepare_with(true), jdbc_acq, jdbc_rel, nullptr});
     // ---------------------------------------------------------- diagnostics: NOTIFY, client statement
-    // simba_acquire, then the extension's own release UPDATE as plain SQL (no function, no NOTIFY).
-    auto simba_nn_prepare = [simba_prepare](Ctx& c) {
-        simba_prepare(c);
-        c.pg->prepare("rel_nn",
-                      "UPDATE simba_mutex AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
-                      "       transition_at = NULL, version = m.version + 1"
-                      " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()");
+    // A variant's acquire, then the extension's own release UPDATE as plain
+    // SQL (no function, no NOTIFY).
+    auto with_plain_release = [](std::function<void(Ctx&)> prepare, const std::string& table) {
+        return [prepare, table](Ctx& c) {
+            prepare(c);
+            c.pg->prepare("rel_nn", release_update_on(table));
+        };
     };
     auto rel_nn = [](Ctx& c, int i) {
         const char* p[] = {c.names[i].c_str(), c.id.c_str()};
         c.pg->run("rel_nn", 2, p);
     };
-    v.push_back({"simba_nonotify", "pair", false, simba_nn_prepare, simba_acq, rel_nn, nullptr});
-    auto floor_nn_prepare = [floor_prepare](Ctx& c) {
-        floor_prepare(c);
-        c.pg->prepare("rel_nn",
-                      "UPDATE bench_floor AS m SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
-                      "       transition_at = NULL, version = m.version + 1"
-                      " WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > pg_catalog.clock_timestamp()");
-    };
-    v.push_back({"floor_nonotify", "pair", false, floor_nn_prepare, floor_acq, rel_nn, nullptr});
+    v.push_back({"simba_nonotify", "pair", false, with_plain_release(simba_prepare, "simba_mutex"), simba_acq, rel_nn,
+                 nullptr});
+    v.push_back({"floor_nonotify", "pair", false, with_plain_release(floor_prepare, "bench_floor"), floor_acq, rel_nn,
+                 nullptr});
     // What the client library sends (client/src/pg_factory.cpp kAcquireSql, kReleaseSql).
     auto client_prepare = [](Ctx& c) {
-        c.pg->prepare("acq",
-                      "SELECT o.owner_id, o.mutex,"
-                      " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
-                      " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
-                      " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
-                      " o.version, o.fence,"
-                      " (extract(epoch FROM o.current_at) * 1000000)::int8"
-                      " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
-                      " $4::int8 * interval '1 microsecond') AS o");
-        c.pg->prepare("rel", "SELECT simba_release($1, $2)");
+        c.pg->prepare("acq", kClientAcquireSql);
+        c.pg->prepare("rel", kClientReleaseSql);
     };
     auto client_acq = [](Ctx& c, int i) {
         const char* p[] = {c.names[i].c_str(), c.id.c_str(), "10000000", "6000000"};
         std::string owner;
-        c.pg->run("acq", 4, p, &owner);
+        c.pg->run("acq", 4, p, &owner, 1);  // column 1: owner_id
         return owner == c.id;
     };
     v.push_back({"simba_client", "pair", false, client_prepare, client_acq, simba_rel, nullptr});

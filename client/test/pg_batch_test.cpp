@@ -14,13 +14,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-ContendOptions lease(milliseconds ttl, milliseconds transition) {
-    ContendOptions o;
-    o.ttl = ttl;
-    o.transition = transition;
-    return o;
-}
-
 /// Sum of the server's version counters of the mutexes named prefix%:
 /// grows by one per successful simba_acquire (grant or renewal).
 std::int64_t versions(pqxx::connection& c, const std::string& prefix) {

@@ -66,13 +66,10 @@ TEST(Pooler, StatementsThroughThePoolerAndNotifyOverADirectConnection) {
     EXPECT_EQ(pooler_clients(opts.application_name), 2) << "one statement connection per factory goes through the pooler";
 
     // Long leases: only the NOTIFY can hand over quickly.
-    simba::ContendOptions lease;
-    lease.ttl = 5s;
-    lease.transition = 2s;
     auto a = std::make_shared<Recorder>(m, "A");
     auto b = std::make_shared<Recorder>(m, "B");
-    auto sa = fa.create(a, lease);
-    auto sb = fb.create(b, lease);
+    auto sa = fa.create(a, lease(5s, 2s));
+    auto sb = fb.create(b, lease(5s, 2s));
     sa->start();
     ASSERT_NE(acquired_at(*a, 10s), SteadyClock::time_point{});
     sb->start();
@@ -103,13 +100,10 @@ TEST(Pooler, PollOnlyWithoutListenStillHandsOverAtThePoll) {
     simba::pg::ContendServiceFactory fa(pooler(), opts), fb(pooler(), opts);
     ASSERT_TRUE(fa.wait_connected(5s));
     EXPECT_EQ(fa.connection_count(), 1) << "no LISTEN connection";
-    simba::ContendOptions lease;
-    lease.ttl = 300ms;
-    lease.transition = 200ms;
     auto a = std::make_shared<Recorder>(m, "A");
     auto b = std::make_shared<Recorder>(m, "B");
-    auto sa = fa.create(a, lease);
-    auto sb = fb.create(b, lease);
+    auto sa = fa.create(a, lease(300ms, 200ms));
+    auto sb = fb.create(b, lease(300ms, 200ms));
     sa->start();
     ASSERT_NE(acquired_at(*a, 10s), SteadyClock::time_point{});
     sb->start();

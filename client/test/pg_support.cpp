@@ -76,6 +76,13 @@ simba::pg::FactoryOptions test_options(const std::string& app_prefix) {
     return o;
 }
 
+simba::ContendOptions lease(std::chrono::milliseconds ttl, std::chrono::milliseconds transition) {
+    simba::ContendOptions o;
+    o.ttl = ttl;
+    o.transition = transition;
+    return o;
+}
+
 void Recorder::on_acquired(const simba::MutexState& s) { record(true, s); }
 void Recorder::on_released(const simba::MutexState& s) { record(false, s); }
 

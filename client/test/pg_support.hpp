@@ -57,6 +57,9 @@ int thread_count();
 /// Factory options for tests: a unique application_name, fast reconnects.
 simba::pg::FactoryOptions test_options(const std::string& app_prefix);
 
+/// Service options with this ttl and transition, the rest default.
+simba::ContendOptions lease(std::chrono::milliseconds ttl, std::chrono::milliseconds transition);
+
 /// A contender recording its callbacks.
 class Recorder : public simba::MutexContender {
 public:
