@@ -120,13 +120,20 @@ void Scheduler::start() {
 }
 
 void Scheduler::stop() {
-    service_->stop();  // fires on_released for a leader: cancels next runs
+    std::thread worker;
     {
         std::lock_guard<std::mutex> lock(state_->m);
-        state_->quit = true;
+        if (status() != Status::RUNNING)
+            throw IllegalStateError(std::string("stop() needs status RUNNING, not ") + to_string(status()));
+        if (state_->quit) throw IllegalStateError("Scheduler is already stopping");
+        state_->quit = true;  // no further runs
         state_->cv.notify_all();
+        worker = std::move(worker_);
     }
-    if (worker_.joinable()) worker_.join();  // waits for a running work item
+    // A running work item finishes while we still hold the lock; only then
+    // is it released, so the next leader's work never overlaps ours.
+    if (worker.joinable()) worker.join();
+    service_->stop();
 }
 
 bool Scheduler::is_leader() const { return service_->is_owner(); }

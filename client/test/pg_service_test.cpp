@@ -19,13 +19,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-ContendOptions lease(milliseconds ttl, milliseconds transition) {
-    ContendOptions o;
-    o.ttl = ttl;
-    o.transition = transition;
-    return o;
-}
-
 std::string owner_of(pqxx::connection& c, const std::string& mutex) {
     pqxx::nontransaction tx(c);
     auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", mutex);
@@ -482,6 +475,46 @@ TEST(Scheduler, RunsWorkOnlyWhileLeader) {
     EXPECT_EQ(overlaps.load(), 0);
     EXPECT_EQ(not_leader.load(), 0);
     EXPECT_THROW(s2.stop(), simba::IllegalStateError);
+}
+
+TEST(Scheduler, StopReleasesOnlyAfterTheRunningWorkItem) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sched-stop"));
+    const auto m = unique_name("sched-stop");
+    std::mutex wm;
+    std::condition_variable wcv;
+    bool entered = false, stopping = false;
+    int seen_other = 0, checks = 0;
+    auto conn = std::make_shared<pqxx::connection>();
+    simba::Scheduler s(factory, m, simba::ScheduleConfig::fixed_delay(0ms, 10ms),
+                       [&] {
+                           std::unique_lock<std::mutex> lock(wm);
+                           if (entered) return;  // only the first run checks
+                           entered = true;
+                           wcv.notify_all();
+                           wcv.wait(lock, [&] { return stopping; });
+                           lock.unlock();
+                           // stop() has been called: the lock must stay ours
+                           // for as long as this item runs.
+                           const auto until = SteadyClock::now() + 300ms;
+                           while (SteadyClock::now() < until) {
+                               ++checks;
+                               if (owner_of(*conn, m) != "S") ++seen_other;
+                           }
+                       },
+                       "S", lease(1000ms, 500ms));
+    s.start();
+    {
+        std::unique_lock<std::mutex> lock(wm);
+        ASSERT_TRUE(wcv.wait_for(lock, 10s, [&] { return entered; }));
+        stopping = true;
+        wcv.notify_all();
+    }
+    s.stop();  // returns after the item, and releases after it
+    EXPECT_GT(checks, 10);
+    EXPECT_EQ(seen_other, 0) << "the lock was released while the work item still ran";
+    EXPECT_EQ(owner_of(*db, m), "");
+    EXPECT_THROW(s.stop(), simba::IllegalStateError);
 }
 
 // ---------------------------------------------------------- 1,000 services

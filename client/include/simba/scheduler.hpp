@@ -46,8 +46,10 @@ public:
 
     /// Starts contending (status machine as MutexContendService::start).
     void start();
-    /// Stops contending (releasing leadership) and waits for a running work
-    /// item to finish. Must not be called from inside `work`.
+    /// Cancels further runs, waits for a running work item to finish, then
+    /// stops contending: leadership is released only after that item, so the
+    /// next leader's work never overlaps it. Must not be called from inside
+    /// `work`.
     void stop();
     /// Leader right now (the service's own lease check).
     [[nodiscard]] bool is_leader() const;
