@@ -44,6 +44,7 @@ REGRESS_OPTS = --load-extension=simba
 EXTRA_CLEAN = META.json
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+PG_CPPFLAGS = -DSIMBA_VERSION='"$(EXTVERSION)"'
 
 META.json: META.json.in $(EXTENSION_DIR)/simba.control
 	sed 's/@EXTVERSION@/$(EXTVERSION)/g' $< > $@

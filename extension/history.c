@@ -3,13 +3,15 @@
  * hands, late releases, retention, and the admin's forced release.
  *
  * The trigger sees the exact old and new mutex rows, so the log says who
- * held the mutex before (previous_owner) and why the holder changed:
- * 'acquired' (from free), 'taken_over' (another holder's lease had ended),
- * 'reacquired' (the same holder after its own lease ended), 'released' or
- * 'forced_release'. It returns at once for renewals and while simba.history
- * is off; it has no WHEN clause because PostgreSQL rebuilds a WHEN
- * expression for every statement, which costs more than this call
- * (bench/callgrind.sh measured it).
+ * held the mutex before (previous_owner, previous_role, previous_fence) and
+ * why the holder changed: 'acquired' (from free), 'taken_over' (another
+ * holder's lease had ended), 'reacquired' (the same holder after its own
+ * lease ended), 'released' or 'forced_release'. It logs only what simba's own
+ * functions write (simba_running_plan is set): rows a restore COPYs in, or a
+ * superuser writes by hand, are not changes of hands. It returns at once for
+ * renewals and while simba.history is off; it has no WHEN clause because
+ * PostgreSQL rebuilds a WHEN expression for every statement, which costs
+ * more than this call (bench/callgrind.sh measured it).
  */
 #include "simba.h"
 
@@ -18,57 +20,54 @@
 #include "commands/trigger.h"
 #include "utils/builtins.h"
 
-PG_FUNCTION_INFO_V1(simba_history_trigger);
+PG_FUNCTION_INFO_V1(simba_history_trigger_1_3);
 PG_FUNCTION_INFO_V1(simba_history_prune);
-PG_FUNCTION_INFO_V1(simba_force_release);
+PG_FUNCTION_INFO_V1(simba_force_release_1_3);
 
 bool		simba_history = false;
 
-/* Set while simba_force_release runs, so its release is logged as forced. */
-static bool forcing = false;
-
-/* Columns of simba_mutex. */
-#define COL_MUTEX 1
-#define COL_OWNER 2
-#define COL_ACQUIRED_AT 3
-#define COL_FENCE 7
-
+/* $1 mutex, $2 event, $3 owner, $4 role, $5 fence, $6 previous owner, $7 previous role, $8 previous fence, $9 at */
 static SimbaPlan history_insert = {
-	"INSERT INTO @extschema@.simba_mutex_history"
-	"       (mutex, event, owner_id, fence, previous_owner, at)"
-	" VALUES ($1, $2, $3, $4, $5, $6)",
-	6, {TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID}
+	"INSERT INTO simba_mutex_history"
+	"       (mutex, event, owner_id, owner_role, fence, previous_owner, previous_role, previous_fence, at)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	9, {TEXTOID, TEXTOID, TEXTOID, NAMEOID, INT8OID, TEXTOID, NAMEOID, INT8OID, TIMESTAMPTZOID}
 };
 
 /*
- * A release that found its lease over, by the holder of the latest tenure:
- * its lease lapsed and nobody took the mutex yet, or the current tenure took
- * over from it ($1 mutex, $2 contender, $3 t).
+ * A release that found its lease over, by the holder (id and role) of the
+ * latest tenure: its lease lapsed and nobody took the mutex yet, or the
+ * current tenure took over from it. Logged once per tenure: the unique index
+ * simba_mutex_history_late_release drops a repeat ($1 mutex, $2 contender,
+ * $3 t, $4 role).
  */
 static SimbaPlan late_release_insert = {
-	"INSERT INTO @extschema@.simba_mutex_history"
-	"       (mutex, event, owner_id, fence, previous_owner, at)"
-	" SELECT m.mutex, 'late_release', $2,"
-	"        CASE WHEN m.owner_id = $2 THEN m.fence ELSE m.fence - 1 END, NULL, $3"
-	"   FROM @extschema@.simba_mutex AS m"
-	"  WHERE m.mutex = $1"
-	"    AND (m.owner_id = $2"
-	"         OR EXISTS (SELECT 1 FROM @extschema@.simba_mutex_history AS h"
-	"                     WHERE h.mutex = $1 AND h.fence = m.fence"
-	"                       AND h.event = 'taken_over' AND h.previous_owner = $2))",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	"INSERT INTO simba_mutex_history AS h"
+	"       (mutex, event, owner_id, owner_role, fence, at)"
+	" SELECT m.mutex, 'late_release', $2, $4, tenure.fence, $3"
+	"   FROM simba_mutex AS m,"
+	"        LATERAL (SELECT m.fence"
+	"                  WHERE m.owner_id = $2 AND COALESCE(m.owner_role, $4) = $4"
+	"                 UNION ALL"
+	"                 SELECT t.previous_fence FROM simba_mutex_history AS t"
+	"                  WHERE t.mutex = $1 AND t.fence = m.fence AND t.event = 'taken_over'"
+	"                    AND t.previous_owner = $2"
+	"                    AND COALESCE(t.previous_role, $4) = $4) AS tenure(fence)"
+	"  WHERE m.mutex = $1 AND tenure.fence IS NOT NULL"
+	" ON CONFLICT (mutex, fence) WHERE event = 'late_release' DO NOTHING",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID}
 };
 
 static SimbaPlan force_update = {
-	"UPDATE @extschema@.simba_mutex AS m"
-	"   SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+	"UPDATE simba_mutex AS m"
+	"   SET owner_id = NULL, owner_role = NULL, acquired_at = NULL, ttl_at = NULL,"
 	"       transition_at = NULL, version = m.version + 1"
 	" WHERE m.mutex = $1 AND m.owner_id IS NOT NULL AND m.transition_at > $2",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 
 static SimbaPlan prune_delete = {
-	"DELETE FROM @extschema@.simba_mutex_history WHERE at < $1",
+	"DELETE FROM simba_mutex_history WHERE at < $1",
 	1, {TIMESTAMPTZOID}
 };
 
@@ -83,31 +82,38 @@ same_text(Datum a, Datum b)
 		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
 }
 
+/* A column of a simba_mutex row, by name: the trigger does not depend on column order. */
 static Datum
-column(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
+column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
 {
+	int			col = SPI_fnumber(desc, name);
+
+	if (col <= 0)
+		elog(ERROR, "simba: simba_mutex has no column \"%s\"", name);
 	return heap_getattr(tuple, col, desc, isnull);
 }
 
 Datum
-simba_history_trigger(PG_FUNCTION_ARGS)
+simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigger = (TriggerData *) fcinfo->context;
 	TupleDesc	desc;
 	HeapTuple	row;
 	HeapTuple	old = NULL;
-	Datum		values[6];
-	char		nulls[7] = "      ";
+	Datum		values[9];
+	char		nulls[10] = "         ";
 	bool		isnull;
 	bool		old_owner_null = true;
 	const char *event;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "simba_history_trigger: not called as a trigger");
-	if (!simba_history)
+	/* Off, or not a write of simba's own functions (a restore, a manual fix). */
+	if (!simba_history || simba_running_plan == NULL)
 		return PointerGetDatum(NULL);
 
 	desc = trigger->tg_relation->rd_att;
+	row = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
 	if (TRIGGER_FIRED_BY_UPDATE(trigger->tg_event))
 	{
 		bool		new_owner_null;
@@ -115,49 +121,53 @@ simba_history_trigger(PG_FUNCTION_ARGS)
 		Datum		new_owner;
 
 		old = trigger->tg_trigtuple;
-		row = trigger->tg_newtuple;
-		old_owner = column(old, desc, COL_OWNER, &old_owner_null);
-		new_owner = column(row, desc, COL_OWNER, &new_owner_null);
+		old_owner = column(old, desc, "owner_id", &old_owner_null);
+		new_owner = column(row, desc, "owner_id", &new_owner_null);
 		/* A renewal: same holder, same fence. Not logged. */
 		if (old_owner_null == new_owner_null &&
 			(old_owner_null || same_text(old_owner, new_owner)) &&
-			DatumGetInt64(column(old, desc, COL_FENCE, &isnull)) ==
-			DatumGetInt64(column(row, desc, COL_FENCE, &isnull)))
+			DatumGetInt64(column(old, desc, "fence", &isnull)) ==
+			DatumGetInt64(column(row, desc, "fence", &isnull)))
 			return PointerGetDatum(NULL);
 	}
-	else
-		row = trigger->tg_trigtuple;
 
-	values[0] = column(row, desc, COL_MUTEX, &isnull);
-	values[2] = column(row, desc, COL_OWNER, &isnull);
+	values[0] = column(row, desc, "mutex", &isnull);
+	values[2] = column(row, desc, "owner_id", &isnull);
 	if (isnull)
 	{
-		/* A release: the old holder, its fence, now. */
-		event = forcing ? "forced_release" : "released";
-		values[2] = column(old, desc, COL_OWNER, &isnull);
-		values[3] = column(old, desc, COL_FENCE, &isnull);
-		nulls[4] = 'n';
-		values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+		/* A free row inserted, or a release: only a release has a holder to log. */
+		if (old == NULL || old_owner_null)
+			return PointerGetDatum(NULL);
+		event = simba_running_plan == &force_update ? "forced_release" : "released";
+		values[2] = column(old, desc, "owner_id", &isnull);
+		values[3] = column(old, desc, "owner_role", &isnull);
+		nulls[3] = isnull ? 'n' : ' ';
+		values[4] = column(old, desc, "fence", &isnull);
+		nulls[5] = nulls[6] = nulls[7] = 'n';
+		values[8] = TimestampTzGetDatum(GetCurrentTimestamp());
 	}
 	else
 	{
 		/* A new tenure, decided at its acquired_at. */
-		values[3] = column(row, desc, COL_FENCE, &isnull);
-		values[5] = column(row, desc, COL_ACQUIRED_AT, &isnull);
+		values[3] = column(row, desc, "owner_role", &isnull);
+		nulls[3] = isnull ? 'n' : ' ';
+		values[4] = column(row, desc, "fence", &isnull);
+		values[8] = column(row, desc, "acquired_at", &isnull);
 		if (old_owner_null)
 		{
 			event = "acquired";
-			nulls[4] = 'n';
+			nulls[5] = nulls[6] = nulls[7] = 'n';
 		}
 		else
 		{
-			values[4] = column(old, desc, COL_OWNER, &isnull);
-			event = same_text(values[4], values[2]) ? "reacquired" : "taken_over";
+			values[5] = column(old, desc, "owner_id", &isnull);
+			values[6] = column(old, desc, "owner_role", &isnull);
+			nulls[6] = isnull ? 'n' : ' ';
+			values[7] = column(old, desc, "fence", &isnull);
+			event = same_text(values[5], values[2]) ? "reacquired" : "taken_over";
 		}
 	}
 	values[1] = CStringGetTextDatum(event);
-	if (nulls[4] == 'n')
-		values[4] = (Datum) 0;
 
 	SPI_connect();
 	simba_execute(fcinfo, &history_insert, values, nulls, 0);
@@ -166,31 +176,22 @@ simba_history_trigger(PG_FUNCTION_ARGS)
 }
 
 void
-simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, TimestampTz t)
+simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, Datum role, TimestampTz t)
 {
 	simba_execute(fcinfo, &late_release_insert,
-				  (Datum[]) {mutex, contender, TimestampTzGetDatum(t)}, NULL, 0);
+				  (Datum[]) {mutex, contender, TimestampTzGetDatum(t), role}, NULL, 0);
 }
 
 Datum
-simba_force_release(PG_FUNCTION_ARGS)
+simba_force_release_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	bool		released;
 
 	SPI_connect();
-	forcing = true;
-	PG_TRY();
-	{
-		released = simba_execute(fcinfo, &force_update,
-								 (Datum[]) {PointerGetDatum(mutex),
-			TimestampTzGetDatum(GetCurrentTimestamp())}, NULL, 1) == 1;
-	}
-	PG_FINALLY();
-	{
-		forcing = false;
-	}
-	PG_END_TRY();
+	released = simba_execute(fcinfo, &force_update,
+							 (Datum[]) {PointerGetDatum(mutex),
+		TimestampTzGetDatum(GetCurrentTimestamp())}, NULL, 1) == 1;
 	SPI_finish();
 	if (released)
 		Async_Notify("simba", text_to_cstring(mutex));

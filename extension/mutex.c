@@ -1,17 +1,22 @@
 /*
  * mutex.c — the leased mutex: acquire/renew, release, owner, fence check.
  *
- * Protocol (DESIGN §1). t is the server clock (clock_timestamp()) read once
+ * Protocol (docs/design.md, "Protocol"). t is the server clock read once
  * per call, before any statement runs. acquire decides with one conditional
- * UPDATE: a non-owner wins when the row is free or transition_at <= t; the
- * owner renews while transition_at > t. Deciding at t is safe when the
+ * UPDATE: a non-holder wins when the row is free or transition_at <= t; the
+ * holder renews while transition_at > t. Deciding at t is safe when the
  * UPDATE first waits on a row lock: a takeover then still needs the lease to
  * have ended by t (it ended earlier than the real time of the decision) and
  * a renewal gets a lease counted from t (shorter than asked, never longer).
  *
- * Fence: +1 whenever the mutex changes hands (free, expired or another
- * holder), kept by a renewal inside the lease. Rows are never deleted, so a
- * fence is never issued twice.
+ * Holder: a contender id together with the role that called (outside simba's
+ * SECURITY DEFINER), so a role that reads another role's contender id cannot
+ * renew, release or fence-check with it; it is a different contender.
+ *
+ * Fence: a new value of the sequence simba_mutex_fence whenever the mutex
+ * changes hands (free, expired or another holder), kept by a renewal inside
+ * the lease. A sequence is not rolled back, so no fence the server ever
+ * returned is returned again, whether its transaction committed or not.
  *
  * Locking: acquire and release lock the row only through their UPDATE. A
  * first acquire inserts the row with ON CONFLICT DO NOTHING, so concurrent
@@ -26,58 +31,65 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 
-PG_FUNCTION_INFO_V1(simba_acquire);
-PG_FUNCTION_INFO_V1(simba_release);
-PG_FUNCTION_INFO_V1(simba_owner);
-PG_FUNCTION_INFO_V1(simba_fence_check);
+PG_FUNCTION_INFO_V1(simba_acquire_1_3);
+PG_FUNCTION_INFO_V1(simba_release_1_3);
+PG_FUNCTION_INFO_V1(simba_owner_1_3);
+PG_FUNCTION_INFO_V1(simba_fence_check_1_3);
 
-/* Columns of simba_owner, in order; $3 of the acquire statements is t. */
+/*
+ * Columns of simba_owner, in order; $3 of the acquire statements is t.
+ * owner_role is NULL only for a tenure taken before 1.3; the first role that
+ * renews it adopts it (coalesce(m.owner_role, $6) = $6).
+ */
 #define OWNER_COLUMNS "m.mutex, m.owner_id, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence"
+#define SAME_HOLDER(id, role) "m.owner_id = " id " AND COALESCE(m.owner_role, " role ") = " role
 
-/* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at */
-#define ACQUIRE_ARGS 5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+/* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role */
+#define ACQUIRE_ARGS 6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
 
+/* A new holder gets a fence from the sequence: never reused, even after a rollback. */
 static SimbaPlan acquire_update = {
-	"UPDATE @extschema@.simba_mutex AS m"
-	"   SET owner_id = $2, acquired_at = $3, ttl_at = $4, transition_at = $5,"
+	"UPDATE simba_mutex AS m"
+	"   SET owner_id = $2, owner_role = $6, acquired_at = $3, ttl_at = $4, transition_at = $5,"
 	"       version = m.version + 1,"
-	"       fence = m.fence + CASE WHEN m.owner_id = $2 AND m.transition_at > $3"
-	"                              THEN 0 ELSE 1 END"
+	"       fence = CASE WHEN " SAME_HOLDER("$2", "$6") " AND m.transition_at > $3"
+	"                    THEN m.fence ELSE pg_catalog.nextval('simba_mutex_fence') END"
 	" WHERE m.mutex = $1"
-	"   AND (m.owner_id IS NULL OR m.owner_id = $2 OR m.transition_at <= $3)"
-	" RETURNING " OWNER_COLUMNS ", $3",
+	"   AND (m.owner_id IS NULL OR (" SAME_HOLDER("$2", "$6") ") OR m.transition_at <= $3)"
+	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
 
 static SimbaPlan acquire_insert = {
-	"INSERT INTO @extschema@.simba_mutex AS m"
-	"       (mutex, owner_id, acquired_at, ttl_at, transition_at, version, fence)"
-	" VALUES ($1, $2, $3, $4, $5, 1, 1)"
+	"INSERT INTO simba_mutex AS m"
+	"       (mutex, owner_id, owner_role, acquired_at, ttl_at, transition_at, version, fence)"
+	" VALUES ($1, $2, $6, $3, $4, $5, 1, pg_catalog.nextval('simba_mutex_fence'))"
 	" ON CONFLICT (mutex) DO NOTHING"
-	" RETURNING " OWNER_COLUMNS ", $3",
+	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
 
-/* The row as it stands, owner_id NULL once the lease has ended. $2 = t. */
+/* The row as it stands, owner NULL once the lease has ended. $2 = t. */
 static SimbaPlan owner_select = {
 	"SELECT m.mutex, CASE WHEN m.transition_at > $2 THEN m.owner_id END,"
-	"       m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, $2"
-	"  FROM @extschema@.simba_mutex AS m WHERE m.mutex = $1",
+	"       m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, $2,"
+	"       CASE WHEN m.transition_at > $2 THEN m.owner_role END"
+	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 
-/* Only a live lease is released; an expired or foreign one is left alone. */
+/* Only a live lease of the caller is released; an expired or foreign one is left alone. */
 static SimbaPlan release_update = {
-	"UPDATE @extschema@.simba_mutex AS m"
-	"   SET owner_id = NULL, acquired_at = NULL, ttl_at = NULL,"
+	"UPDATE simba_mutex AS m"
+	"   SET owner_id = NULL, owner_role = NULL, acquired_at = NULL, ttl_at = NULL,"
 	"       transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND m.owner_id = $2 AND m.transition_at > $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4") " AND m.transition_at > $3",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID}
 };
 
 static SimbaPlan fence_lock = {
-	"SELECT m.owner_id, m.fence, m.transition_at"
-	"  FROM @extschema@.simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
+	"SELECT m.owner_id, m.fence, m.transition_at, m.owner_role"
+	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
 	1, {TEXTOID}
 };
 
@@ -99,7 +111,7 @@ returned_owner(TupleDesc tupdesc)
 }
 
 Datum
-simba_acquire(PG_FUNCTION_ARGS)
+simba_acquire_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
@@ -107,16 +119,19 @@ simba_acquire(PG_FUNCTION_ARGS)
 	int64		transition = simba_duration_arg(fcinfo, 3, "transition", true);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	TimestampTz t = GetCurrentTimestamp();
-	TimestampTz ttl_at = simba_add_usec(t, ttl);
-	Datum		args[5];
+	TimestampTz ttl_at;
+	Datum		args[6];
 	Datum		result;
 	int			attempt;
 
+	simba_check_lease(ttl, transition);
+	ttl_at = simba_add_usec(t, ttl);
 	args[0] = PointerGetDatum(mutex);
 	args[1] = PointerGetDatum(contender);
 	args[2] = TimestampTzGetDatum(t);
 	args[3] = TimestampTzGetDatum(ttl_at);
 	args[4] = TimestampTzGetDatum(simba_add_usec(ttl_at, transition));
+	args[5] = simba_caller_role();
 
 	SPI_connect();
 	/*
@@ -141,21 +156,22 @@ simba_acquire(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_release(PG_FUNCTION_ARGS)
+simba_release_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	Datum		args[3];
+	Datum		args[4];
 	bool		released;
 
 	args[0] = PointerGetDatum(mutex);
 	args[1] = PointerGetDatum(contender);
 	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[3] = simba_caller_role();
 
 	SPI_connect();
 	released = simba_execute(fcinfo, &release_update, args, NULL, 1) == 1;
 	if (!released && simba_history)
-		simba_log_late_release(fcinfo, args[0], args[1], DatumGetTimestampTz(args[2]));
+		simba_log_late_release(fcinfo, args[0], args[1], args[3], DatumGetTimestampTz(args[2]));
 	SPI_finish();
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
@@ -165,39 +181,44 @@ simba_release(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_owner(PG_FUNCTION_ARGS)
+simba_owner_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	TimestampTz t = GetCurrentTimestamp();
-	Datum		result;
+	Datum		result = (Datum) 0;
+	bool		found;
 
 	SPI_connect();
-	if (simba_execute(fcinfo, &owner_select,
-					  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t)}, NULL, 1) == 1)
+	found = simba_execute(fcinfo, &owner_select,
+						  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t)}, NULL, 1) == 1;
+	if (found)
 		result = returned_owner(tupdesc);
-	else
+	SPI_finish();
+	if (!found)
 	{
-		/* Never used: free, version and fence still 0. */
-		Datum		values[8] = {PointerGetDatum(mutex), 0, 0, 0, 0,
-		Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t)};
-		bool		nulls[8] = {false, true, true, true, true, false, false, false};
+		/* Never used: free, version and fence still 0. Formed after
+		 * SPI_finish, in the caller's memory, which outlives this call. */
+		Datum		values[9] = {PointerGetDatum(mutex), 0, 0, 0, 0,
+		Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0};
+		bool		nulls[9] = {false, true, true, true, true, false, false, false, true};
 
 		result = HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 	}
-	SPI_finish();
 	PG_RETURN_DATUM(result);
 }
 
 Datum
-simba_fence_check(PG_FUNCTION_ARGS)
+simba_fence_check_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
 	int64		fence = simba_int64_arg(fcinfo, 2, "fence");
 	char	   *mutex_name = text_to_cstring(mutex);
 	char	   *contender_name = text_to_cstring(contender);
+	char	   *caller_role = NameStr(*DatumGetName(simba_caller_role()));
 	char	   *owner = NULL;
+	char	   *owner_role = NULL;
 	int64		current_fence = 0;
 	TimestampTz transition_at = 0;
 	TimestampTz t;
@@ -217,6 +238,7 @@ simba_fence_check(PG_FUNCTION_ARGS)
 		owner = SPI_getvalue(row, desc, 1);
 		current_fence = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
 		transition_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+		owner_role = SPI_getvalue(row, desc, 4);
 	}
 	/* Read after the row lock: the lease must still hold now. */
 	t = GetCurrentTimestamp();
@@ -227,6 +249,13 @@ simba_fence_check(PG_FUNCTION_ARGS)
 				 errmsg("contender \"%s\" does not hold mutex \"%s\"", contender_name, mutex_name),
 				 owner ? errdetail("It is held by \"%s\".", owner)
 				 : errdetail("The mutex is free.")));
+	if (owner_role != NULL && strcmp(owner_role, caller_role) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_NOT_OWNER),
+				 errmsg("contender \"%s\" of role \"%s\" does not hold mutex \"%s\"",
+						contender_name, caller_role, mutex_name),
+				 errdetail("It is held by \"%s\" of role \"%s\".", owner, owner_role),
+				 errhint("A lease belongs to the role that took it.")));
 	if (fence != current_fence)
 		ereport(ERROR,
 				(errcode(ERRCODE_SIMBA_STALE_FENCE),

@@ -8,7 +8,12 @@
  * FOR SHARE before reading the clock, so each of them is ordered against the
  * grants: a grant never counts as expired a permit that its holder refreshed
  * or fenced "at the same time". Release only shortens a permit.
- * See simba--1.0--1.1.sql for the tables.
+ *
+ * A permit belongs to its token and to the role that took it (as a mutex
+ * tenure does, see mutex.c): another role's refresh, release or fence check
+ * with the same token finds no permit. A refresh locks the key row only once
+ * it has found the caller's live permit, so a wrong token holds no lock.
+ * See simba--1.3.sql for the tables.
  */
 #include "simba.h"
 
@@ -22,25 +27,25 @@
 /* Longest context string, in characters. */
 #define SIMBA_MAX_CONTEXT_CHARS 256
 
-PG_FUNCTION_INFO_V1(simba_semaphore_acquire);
-PG_FUNCTION_INFO_V1(simba_semaphore_refresh);
-PG_FUNCTION_INFO_V1(simba_semaphore_release);
-PG_FUNCTION_INFO_V1(simba_semaphore_fence_check);
+PG_FUNCTION_INFO_V1(simba_semaphore_acquire_1_3);
+PG_FUNCTION_INFO_V1(simba_semaphore_refresh_1_3);
+PG_FUNCTION_INFO_V1(simba_semaphore_release_1_3);
+PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_3);
 PG_FUNCTION_INFO_V1(simba_semaphore_gc);
 
 static SimbaPlan key_lock_grant = {
-	"UPDATE @extschema@.simba_semaphore SET permits = $2 WHERE key = $1",
+	"UPDATE simba_semaphore SET permits = $2 WHERE key = $1",
 	2, {TEXTOID, INT4OID}
 };
 
 static SimbaPlan key_insert = {
-	"INSERT INTO @extschema@.simba_semaphore (key, permits) VALUES ($1, $2)"
+	"INSERT INTO simba_semaphore (key, permits) VALUES ($1, $2)"
 	" ON CONFLICT (key) DO NOTHING",
 	2, {TEXTOID, INT4OID}
 };
 
 static SimbaPlan key_lock_share = {
-	"SELECT 1 FROM @extschema@.simba_semaphore WHERE key = $1 FOR SHARE",
+	"SELECT 1 FROM simba_semaphore WHERE key = $1 FOR SHARE",
 	1, {TEXTOID}
 };
 
@@ -49,64 +54,76 @@ static SimbaPlan slots_count = {
 	"SELECT count(*) FILTER (WHERE expires_at > $2),"
 	"       min(slot) FILTER (WHERE expires_at <= $2),"
 	"       coalesce(max(slot) + 1, 0)"
-	"  FROM @extschema@.simba_semaphore_permit WHERE key = $1",
+	"  FROM simba_semaphore_permit WHERE key = $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 
-/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at */
-#define GRANT_ARGS 6, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at, $7 role */
+#define GRANT_ARGS 7, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
+/* The caller's permit ($1 key, $2 token, role as given); NULL role: taken before 1.3. */
+#define CALLERS_PERMIT(role) "key = $1 AND token = $2 AND COALESCE(holder_role, " role ") = " role
 #define PERMIT_COLUMNS "key, slot, token, fence, expires_at"
 
 static SimbaPlan slot_take_over = {
-	"UPDATE @extschema@.simba_semaphore_permit"
-	"   SET holder = $3, context = $4, acquired_at = $5, expires_at = $6,"
+	"UPDATE simba_semaphore_permit"
+	"   SET holder = $3, holder_role = $7, context = $4, acquired_at = $5, expires_at = $6,"
 	"       token = pg_catalog.gen_random_uuid(),"
-	"       fence = pg_catalog.nextval('@extschema@.simba_permit_fence')"
+	"       fence = pg_catalog.nextval('simba_permit_fence')"
 	" WHERE key = $1 AND slot = $2 AND expires_at <= $5"
 	" RETURNING " PERMIT_COLUMNS,
 	GRANT_ARGS
 };
 
 static SimbaPlan slot_insert = {
-	"INSERT INTO @extschema@.simba_semaphore_permit"
-	"       (key, slot, holder, context, acquired_at, expires_at, token, fence)"
-	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.gen_random_uuid(),"
-	"         pg_catalog.nextval('@extschema@.simba_permit_fence'))"
+	"INSERT INTO simba_semaphore_permit"
+	"       (key, slot, holder, holder_role, context, acquired_at, expires_at, token, fence)"
+	" VALUES ($1, $2, $3, $7, $4, $5, $6, pg_catalog.gen_random_uuid(),"
+	"         pg_catalog.nextval('simba_permit_fence'))"
 	" RETURNING " PERMIT_COLUMNS,
 	GRANT_ARGS
 };
 
+/* $1 key, $2 token, $3 t, $4 role */
+static SimbaPlan permit_live = {
+	"SELECT 1 FROM simba_semaphore_permit"
+	" WHERE " CALLERS_PERMIT("$4") " AND expires_at > $3",
+	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, NAMEOID}
+};
+
+/* $1 key, $2 token, $3 t, $4 expires_at, $5 role */
 static SimbaPlan permit_refresh = {
-	"UPDATE @extschema@.simba_semaphore_permit SET expires_at = $4"
-	" WHERE key = $1 AND token = $2 AND expires_at > $3",
-	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	"UPDATE simba_semaphore_permit SET expires_at = $4, holder_role = $5"
+	" WHERE " CALLERS_PERMIT("$5") " AND expires_at > $3",
+	5, {TEXTOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
 };
 
+/* $1 key, $2 token, $3 t, $4 role */
 static SimbaPlan permit_release = {
-	"UPDATE @extschema@.simba_semaphore_permit SET expires_at = $3"
-	" WHERE key = $1 AND token = $2 AND expires_at > $3",
-	3, {TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	"UPDATE simba_semaphore_permit SET expires_at = $3"
+	" WHERE " CALLERS_PERMIT("$4") " AND expires_at > $3",
+	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, NAMEOID}
 };
 
+/* $1 key, $2 token, $3 role */
 static SimbaPlan permit_read = {
-	"SELECT fence, expires_at FROM @extschema@.simba_semaphore_permit"
-	" WHERE key = $1 AND token = $2",
-	2, {TEXTOID, UUIDOID}
+	"SELECT fence, expires_at FROM simba_semaphore_permit"
+	" WHERE " CALLERS_PERMIT("$3"),
+	3, {TEXTOID, UUIDOID, NAMEOID}
 };
 
 static SimbaPlan gc_keys = {
-	"SELECT key FROM @extschema@.simba_semaphore ORDER BY key",
+	"SELECT key FROM simba_semaphore ORDER BY key",
 	0, {}
 };
 
 static SimbaPlan gc_lock = {
-	"SELECT 1 FROM @extschema@.simba_semaphore WHERE key = $1 FOR UPDATE SKIP LOCKED",
+	"SELECT 1 FROM simba_semaphore WHERE key = $1 FOR UPDATE SKIP LOCKED",
 	1, {TEXTOID}
 };
 
 static SimbaPlan gc_delete = {
-	"DELETE FROM @extschema@.simba_semaphore s WHERE s.key = $1"
-	"   AND NOT EXISTS (SELECT 1 FROM @extschema@.simba_semaphore_permit p"
+	"DELETE FROM simba_semaphore s WHERE s.key = $1"
+	"   AND NOT EXISTS (SELECT 1 FROM simba_semaphore_permit p"
 	"                    WHERE p.key = $1 AND p.expires_at > $2)",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
@@ -128,7 +145,7 @@ column_int64(int col, bool *isnull)
 }
 
 Datum
-simba_semaphore_acquire(PG_FUNCTION_ARGS)
+simba_semaphore_acquire_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	text	   *holder = simba_name_arg(fcinfo, 1, "holder");
@@ -138,7 +155,7 @@ simba_semaphore_acquire(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	TimestampTz t;
 	Datum		lock_args[2];
-	Datum		grant_args[6];
+	Datum		grant_args[7];
 	bool		isnull;
 	Datum		result = (Datum) 0;
 	bool		granted = false;
@@ -154,6 +171,7 @@ simba_semaphore_acquire(PG_FUNCTION_ARGS)
 				 errmsg("permits must be between 1 and %d", SIMBA_MAX_PERMITS)));
 	if (context != NULL)
 		simba_check_chars(context, "context", SIMBA_MAX_CONTEXT_CHARS);
+	simba_check_lease(ttl, 0);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "simba: return type must be simba_permit");
 	tupdesc = BlessTupleDesc(tupdesc);
@@ -186,7 +204,8 @@ simba_semaphore_acquire(PG_FUNCTION_ARGS)
 		grant_args[3] = PointerGetDatum(context);
 		grant_args[4] = TimestampTzGetDatum(t);
 		grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
-		granted = simba_execute(fcinfo, grant, grant_args, context ? NULL : "   n  ", 1) == 1;
+		grant_args[6] = simba_caller_role();
+		granted = simba_execute(fcinfo, grant, grant_args, context ? NULL : "   n   ", 1) == 1;
 		if (granted)
 			result = PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
 	}
@@ -197,26 +216,34 @@ simba_semaphore_acquire(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_semaphore_refresh(PG_FUNCTION_ARGS)
+simba_semaphore_refresh_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
 	int64		ttl = simba_duration_arg(fcinfo, 2, "ttl", false);
+	Datum		role = simba_caller_role();
 	TimestampTz t;
-	bool		refreshed;
+	bool		refreshed = false;
 
+	simba_check_lease(ttl, 0);
 	SPI_connect();
-	simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
-	t = GetCurrentTimestamp();
-	refreshed = simba_execute(fcinfo, &permit_refresh,
-							  (Datum[]) {PointerGetDatum(key), token, TimestampTzGetDatum(t),
-		TimestampTzGetDatum(simba_add_usec(t, ttl))}, NULL, 1) == 1;
+	/* No key lock for a token that holds nothing: it must not stall grants. */
+	if (simba_execute(fcinfo, &permit_live,
+					  (Datum[]) {PointerGetDatum(key), token,
+		TimestampTzGetDatum(GetCurrentTimestamp()), role}, NULL, 1) == 1)
+	{
+		simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
+		t = GetCurrentTimestamp();
+		refreshed = simba_execute(fcinfo, &permit_refresh,
+								  (Datum[]) {PointerGetDatum(key), token, TimestampTzGetDatum(t),
+			TimestampTzGetDatum(simba_add_usec(t, ttl)), role}, NULL, 1) == 1;
+	}
 	SPI_finish();
 	PG_RETURN_BOOL(refreshed);
 }
 
 Datum
-simba_semaphore_release(PG_FUNCTION_ARGS)
+simba_semaphore_release_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
@@ -225,7 +252,7 @@ simba_semaphore_release(PG_FUNCTION_ARGS)
 	SPI_connect();
 	released = simba_execute(fcinfo, &permit_release,
 							 (Datum[]) {PointerGetDatum(key), token,
-		TimestampTzGetDatum(GetCurrentTimestamp())}, NULL, 1) == 1;
+		TimestampTzGetDatum(GetCurrentTimestamp()), simba_caller_role()}, NULL, 1) == 1;
 	SPI_finish();
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
 	if (released)
@@ -234,7 +261,7 @@ simba_semaphore_release(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_semaphore_fence_check(PG_FUNCTION_ARGS)
+simba_semaphore_fence_check_1_3(PG_FUNCTION_ARGS)
 {
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
@@ -255,7 +282,8 @@ simba_semaphore_fence_check(PG_FUNCTION_ARGS)
 	/* Blocks new grants of the key until the caller's transaction ends. */
 	simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
 	t = GetCurrentTimestamp();
-	found = simba_execute(fcinfo, &permit_read, (Datum[]) {PointerGetDatum(key), token}, NULL, 1) == 1;
+	found = simba_execute(fcinfo, &permit_read,
+						  (Datum[]) {PointerGetDatum(key), token, simba_caller_role()}, NULL, 1) == 1;
 	if (found)
 	{
 		current_fence = column_int64(1, &isnull);
@@ -266,7 +294,7 @@ simba_semaphore_fence_check(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_SIMBA_NOT_OWNER),
 				 errmsg("the token holds no permit of key \"%s\"", key_name),
-				 errdetail("The permit was taken over after it expired, or never existed.")));
+				 errdetail("The permit was taken over after it expired, never existed, or belongs to another role.")));
 	if (fence != current_fence)
 		ereport(ERROR,
 				(errcode(ERRCODE_SIMBA_STALE_FENCE),

@@ -1,24 +1,35 @@
 /*
- * simba.c — module entry, argument checks and the plan cache shared by the
- * mutex functions (mutex.c).
+ * simba.c — module entry, settings, argument checks and the plan runner
+ * shared by every SQL function of the extension.
  *
  * Plans: each statement is prepared with SPI on first use in a backend and
- * kept (SPI_keepplan). PostgreSQL's plan cache replans it when the table
- * changes; we only re-prepare when the extension's schema differs from the
- * one the plan was made for (DROP + CREATE EXTENSION in another schema).
+ * kept (SPI_keepplan). It names tables without a schema and runs under a
+ * search path made of schema OIDs, so when PostgreSQL replans it (after any
+ * DDL or a schema rename) it still reaches the extension's own objects: a
+ * schema owner who renames the schema and plants look-alike tables reaches
+ * nothing (docs/design.md, "Extension").
  */
 #include "simba.h"
 
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace_d.h"
 #include "common/int.h"
-#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
+
+/* simba.max_lease, in seconds: the longest ttl + transition, or permit ttl. */
+static int	simba_max_lease = 7 * 24 * 3600;
+
+SimbaPlan  *simba_running_plan = NULL;
 
 void
 _PG_init(void)
@@ -31,55 +42,75 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.max_lease",
+							"Longest lease simba grants: ttl + transition of a mutex, ttl of a permit.",
+							"A longer one raises 22023. A lease outlives its holder, so a huge one "
+							"locks others out for as long.",
+							&simba_max_lease,
+							7 * 24 * 3600, 1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
 }
 
 static SPIPlanPtr
-simba_prepare(SimbaPlan *p, Oid nsp)
+simba_prepare(SimbaPlan *p)
 {
-	const char *schema = quote_identifier(get_namespace_name(nsp));
-	StringInfoData sql;
-	const char *s;
-	const char *hit;
-	SPIPlanPtr	plan;
+	SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, (Oid *) p->argtypes);
 
-	/* Fill in every @extschema@ with the quoted schema name. */
-	initStringInfo(&sql);
-	for (s = p->sql; (hit = strstr(s, "@extschema@")) != NULL; s = hit + strlen("@extschema@"))
-	{
-		appendBinaryStringInfo(&sql, s, hit - s);
-		appendStringInfoString(&sql, schema);
-	}
-	appendStringInfoString(&sql, s);
-
-	plan = SPI_prepare(sql.data, p->nargs, (Oid *) p->argtypes);
 	if (plan == NULL)
-		elog(ERROR, "simba: could not prepare \"%s\": %s", sql.data,
+		elog(ERROR, "simba: could not prepare \"%s\": %s", p->sql,
 			 SPI_result_code_string(SPI_result));
 	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "simba: could not keep plan for \"%s\"", sql.data);
-	pfree(sql.data);
+		elog(ERROR, "simba: could not keep plan for \"%s\"", p->sql);
 	return plan;
 }
 
 uint64
 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *nulls, int tcount)
 {
-	Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
-	int			rc;
+	OverrideSearchPath path = {0};
+	SimbaPlan  *outer = simba_running_plan;
+	volatile int rc = 0;
 
-	if (p->plan == NULL || p->nsp != nsp)
+	/*
+	 * pg_catalog first, so no function or operator in the extension's schema
+	 * (which its owner may write to) shadows a built-in one; no pg_temp.
+	 */
+	path.schemas = list_make2_oid(PG_CATALOG_NAMESPACE,
+								  get_func_namespace(fcinfo->flinfo->fn_oid));
+	PushOverrideSearchPath(&path);
+	simba_running_plan = p;
+	PG_TRY();
 	{
-		if (p->plan != NULL)
-			SPI_freeplan(p->plan);
-		p->plan = NULL;
-		p->plan = simba_prepare(p, nsp);
-		p->nsp = nsp;
+		if (p->plan == NULL)
+			p->plan = simba_prepare(p);
+		if (IsolationUsesXactSnapshot())
+			rc = SPI_execute_snapshot(p->plan, values, nulls, GetLatestSnapshot(),
+									  InvalidSnapshot, false, true, tcount);
+		else
+			rc = SPI_execute_plan(p->plan, values, nulls, false, tcount);
 	}
-	rc = SPI_execute_plan(p->plan, values, nulls, false, tcount);
+	PG_FINALLY();
+	{
+		simba_running_plan = outer;
+		PopOverrideSearchPath();
+	}
+	PG_END_TRY();
+	list_free(path.schemas);
 	if (rc < 0)
 		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+Datum
+simba_caller_role(void)
+{
+	Name		role = (Name) palloc(NAMEDATALEN);
+
+	namestrcpy(role, GetUserNameFromId(GetOuterUserId(), false));
+	return NameGetDatum(role);
 }
 
 void
@@ -150,6 +181,19 @@ simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", what)));
 	return PG_GETARG_INT64(argno);
+}
+
+void
+simba_check_lease(int64 ttl, int64 transition)
+{
+	int64		usec;
+
+	if (pg_add_s64_overflow(ttl, transition, &usec) ||
+		usec > (int64) simba_max_lease * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be at most simba.max_lease (%d s)", simba_max_lease),
+				 errhint("Ask for a shorter ttl or transition, or have a superuser raise simba.max_lease.")));
 }
 
 TimestampTz

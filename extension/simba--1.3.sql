@@ -1,0 +1,325 @@
+-- simba 1.3: leased mutexes with fencing tokens, counting semaphores with
+-- leased permits, ownership history (install script; the upgrade scripts
+-- simba--A--B.sql take older installs to the same objects, which
+-- sql/upgrade.sql checks).
+--
+-- Design (docs/design.md): one row per mutex in simba_mutex holds the current
+-- lease (owner_id and owner_role, acquired_at, ttl_at, transition_at) and two
+-- counters: version (+1 on every change) and fence (a new value of
+-- simba_mutex_fence whenever the mutex changes hands, kept on renewal).
+-- Every state change is one call into C that runs a saved plan; times come
+-- from the server clock at the call, never from the client.
+--
+-- Locking: acquire/renew/release update the row (row lock for the update
+-- only); simba_fence_check takes the row FOR SHARE in the caller's own
+-- transaction, so a takeover waits until that transaction ends.
+--
+-- Privileges: nothing is granted to PUBLIC. Any role that may take a lock can
+-- stall every process waiting on it, so a DBA grants that on purpose with
+-- simba_grant(role). The write functions are SECURITY DEFINER with a pinned
+-- search_path and reach their tables by the schema's OID; the tables are
+-- written only through them. SECURITY.md has the threat model.
+
+\echo Use "CREATE EXTENSION simba" to load this file. \quit
+
+CREATE TABLE @extschema@.simba_mutex (
+    mutex         text        PRIMARY KEY,
+    owner_id      text,
+    acquired_at   timestamptz,
+    ttl_at        timestamptz,
+    transition_at timestamptz,
+    version       bigint      NOT NULL DEFAULT 0,
+    fence         bigint      NOT NULL DEFAULT 0,
+    owner_role    name
+) WITH (fillfactor = 50);  -- room for HOT updates: every renewal rewrites the row
+COMMENT ON TABLE @extschema@.simba_mutex IS
+  'simba: one row per mutex; owner_id NULL = free. Written only by the simba_* functions. Rows are never deleted by simba, so fences are never reused.';
+
+CREATE SEQUENCE @extschema@.simba_mutex_fence;
+COMMENT ON SEQUENCE @extschema@.simba_mutex_fence IS
+  'simba: fences of mutex tenures, never returned twice (not even by a transaction that rolled back)';
+
+-- Fences must survive dump and restore, or a restored database could reissue them.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_fence', '');
+
+CREATE TYPE @extschema@.simba_owner AS (
+    mutex         text,
+    owner_id      text,
+    acquired_at   timestamptz,
+    ttl_at        timestamptz,
+    transition_at timestamptz,
+    version       bigint,
+    fence         bigint,
+    current_at    timestamptz,
+    owner_role    name
+);
+COMMENT ON TYPE @extschema@.simba_owner IS
+  'simba: a mutex''s lease as seen at current_at (server time of the decision); owner_id NULL = free; the holder is owner_id together with owner_role';
+
+CREATE FUNCTION @extschema@.simba_acquire(
+    mutex        text,
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_acquire_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval) IS
+  'simba: acquire the mutex when free or past transition_at, renew it when already owner; returns the owner after the attempt';
+
+CREATE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_release_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_release(text, text) IS
+  'simba: release the mutex if the caller holds it (true), NOTIFY simba with the mutex name; false and no change otherwise';
+
+CREATE FUNCTION @extschema@.simba_owner(mutex text)
+RETURNS @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_owner_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_owner(text) IS
+  'simba: the current owner, no change; owner_id NULL when free, expired or unknown';
+
+CREATE FUNCTION @extschema@.simba_fence_check(mutex text, contender_id text, fence bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'simba_fence_check_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_fence_check(text, text, bigint) IS
+  'simba: error (SB001 not owner, SB002 stale fence, SB003 lease expired) unless the caller holds the mutex with this fence; locks the row FOR SHARE until the calling transaction ends';
+
+CREATE VIEW @extschema@.simba_mutex_status AS
+SELECT m.mutex,
+       CASE WHEN m.transition_at > c.now THEN m.owner_id END AS owner_id,
+       CASE WHEN m.owner_id IS NULL OR NOT m.transition_at > c.now THEN 'free'
+            WHEN m.ttl_at > c.now THEN 'held'
+            ELSE 'transition' END AS state,
+       m.acquired_at,
+       m.ttl_at,
+       m.transition_at,
+       CASE WHEN m.transition_at > c.now THEN m.transition_at - c.now END AS time_left,
+       m.fence,
+       m.version,
+       CASE WHEN m.transition_at > c.now THEN m.owner_role END AS owner_role
+  FROM @extschema@.simba_mutex m
+ CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c;
+
+COMMENT ON VIEW @extschema@.simba_mutex_status IS
+  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it';
+
+-- Counting semaphores: one row per key, one per permit slot (semaphore.c).
+CREATE SEQUENCE @extschema@.simba_permit_fence;
+COMMENT ON SEQUENCE @extschema@.simba_permit_fence IS
+  'simba: fences of semaphore permits, strictly increasing across grants and keys';
+
+CREATE TABLE @extschema@.simba_semaphore (
+    key     text    PRIMARY KEY,
+    permits integer NOT NULL
+);
+COMMENT ON TABLE @extschema@.simba_semaphore IS
+  'simba: one row per semaphore key, with the limit of the latest acquire. Written only by the simba_semaphore_* functions.';
+
+CREATE TABLE @extschema@.simba_semaphore_permit (
+    key         text        NOT NULL REFERENCES @extschema@.simba_semaphore ON DELETE CASCADE,
+    slot        integer     NOT NULL,
+    holder      text        NOT NULL,
+    token       uuid        NOT NULL UNIQUE,
+    fence       bigint      NOT NULL,
+    context     text,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    holder_role name,
+    PRIMARY KEY (key, slot)
+) WITH (fillfactor = 70);  -- refreshes rewrite the row: leave room for HOT updates
+COMMENT ON TABLE @extschema@.simba_semaphore_permit IS
+  'simba: one row per permit slot; live while expires_at > now. Written only by the simba_semaphore_* functions.';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_semaphore', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_semaphore_permit', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_permit_fence', '');
+
+CREATE TYPE @extschema@.simba_permit AS (
+    key        text,
+    slot       integer,
+    token      uuid,
+    fence      bigint,
+    expires_at timestamptz
+);
+COMMENT ON TYPE @extschema@.simba_permit IS
+  'simba: a granted permit; the token proves it (refresh, release, fence check)';
+
+CREATE FUNCTION @extschema@.simba_semaphore_acquire(
+    key     text,
+    holder  text,
+    permits integer,
+    ttl     interval DEFAULT '10 seconds',
+    context text DEFAULT NULL)
+RETURNS @extschema@.simba_permit
+AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text) IS
+  'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call';
+
+CREATE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
+  'simba: extend a live permit to now + ttl; false once it expired or was taken over';
+
+CREATE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_semaphore_release(text, uuid) IS
+  'simba: give a live permit back and NOTIFY simba with the key; false for an expired, taken-over or unknown token';
+
+CREATE FUNCTION @extschema@.simba_semaphore_fence_check(key text, token uuid, fence bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_semaphore_fence_check(text, uuid, bigint) IS
+  'simba: error (SB001 not holder, SB002 stale fence, SB003 expired) unless the token holds a live permit with this fence; blocks new grants of the key until the calling transaction ends';
+
+CREATE FUNCTION @extschema@.simba_semaphore_gc()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_semaphore_gc'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_semaphore_gc() IS
+  'simba: remove the rows of keys that have no live permit; returns how many keys it removed';
+
+CREATE VIEW @extschema@.simba_semaphore_status AS
+SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, p.expires_at,
+       p.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role
+  FROM @extschema@.simba_semaphore_permit p
+  JOIN @extschema@.simba_semaphore s USING (key)
+ CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
+ WHERE p.expires_at > c.now;
+
+COMMENT ON VIEW @extschema@.simba_semaphore_status IS
+  'simba: every live permit now, with the limit of its key (permits)';
+
+-- Ownership history, logged while simba.history is on (history.c).
+CREATE TABLE @extschema@.simba_mutex_history (
+    id             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    mutex          text        NOT NULL,
+    event          text        NOT NULL CHECK (event IN ('acquired', 'taken_over', 'reacquired',
+                                                         'released', 'late_release', 'forced_release')),
+    owner_id       text,
+    fence          bigint      NOT NULL,
+    previous_owner text,
+    at             timestamptz NOT NULL,
+    owner_role     name,
+    previous_role  name,
+    previous_fence bigint
+);
+COMMENT ON SEQUENCE @extschema@.simba_mutex_history_id_seq IS
+  'simba: ids of simba_mutex_history rows';
+CREATE INDEX simba_mutex_history_mutex_fence ON @extschema@.simba_mutex_history (mutex, fence);
+CREATE INDEX simba_mutex_history_at ON @extschema@.simba_mutex_history (at);
+-- One late release per tenure, however often a late holder calls simba_release.
+CREATE UNIQUE INDEX simba_mutex_history_late_release
+    ON @extschema@.simba_mutex_history (mutex, fence) WHERE event = 'late_release';
+COMMENT ON TABLE @extschema@.simba_mutex_history IS
+  'simba: changes of hands and releases of mutexes while simba.history is on (renewals are not logged); prune with simba_history_prune';
+
+-- Not SECURITY DEFINER: it runs inside the simba_* functions (as their
+-- owner) and logs only their writes, not a restore's COPY or a manual fix.
+CREATE FUNCTION @extschema@.simba_history_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'simba_history_trigger_1_3'
+LANGUAGE C;
+COMMENT ON FUNCTION @extschema@.simba_history_trigger() IS
+  'simba: logs changes of hands of simba_mutex rows to simba_mutex_history when simba.history is on';
+
+-- No WHEN clauses: PostgreSQL rebuilds a trigger's WHEN expression for every
+-- statement, which costs more than calling the C function, which returns at
+-- once for renewals and while simba.history is off.
+CREATE TRIGGER simba_mutex_history_insert
+    AFTER INSERT ON @extschema@.simba_mutex
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.simba_history_trigger();
+CREATE TRIGGER simba_mutex_history_update
+    AFTER UPDATE ON @extschema@.simba_mutex
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.simba_history_trigger();
+
+CREATE VIEW @extschema@.simba_mutex_stats AS
+WITH tenures AS (
+    SELECT h.mutex, h.owner_id AS holder, h.event, h.at FROM @extschema@.simba_mutex_history h
+    UNION ALL
+    -- a tenure ended by expiry counts for the holder whose lease lapsed
+    SELECT h.mutex, h.previous_owner, 'expired', h.at FROM @extschema@.simba_mutex_history h
+     WHERE h.event = 'taken_over'
+    UNION ALL
+    SELECT h.mutex, h.owner_id, 'expired', h.at FROM @extschema@.simba_mutex_history h
+     WHERE h.event = 'reacquired'
+)
+SELECT mutex, holder,
+       count(*) FILTER (WHERE event IN ('acquired', 'taken_over', 'reacquired')) AS acquisitions,
+       count(*) FILTER (WHERE event = 'released') AS releases,
+       count(*) FILTER (WHERE event = 'late_release') AS late_releases,
+       count(*) FILTER (WHERE event = 'expired') AS expired,
+       count(*) FILTER (WHERE event = 'forced_release') AS forced_releases,
+       max(at) AS last_event_at
+  FROM tenures
+ WHERE holder IS NOT NULL
+ GROUP BY mutex, holder;
+COMMENT ON VIEW @extschema@.simba_mutex_stats IS
+  'simba: per mutex and holder, from simba_mutex_history: acquisitions, releases, late releases (finished after the lease ended), leases lost by expiry, forced releases';
+
+CREATE FUNCTION @extschema@.simba_history_prune(keep interval)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_history_prune'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_history_prune(interval) IS
+  'simba: delete history older than now - keep; returns how many rows it deleted';
+
+CREATE FUNCTION @extschema@.simba_force_release(mutex text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_force_release_1_3'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_force_release(text) IS
+  'simba: admin only — free the mutex whoever holds it (the next holder gets the next fence) and NOTIFY simba; false if it was free';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history_id_seq', '');
+
+-- Granting on purpose (see the header): one call per application role.
+CREATE FUNCTION @extschema@.simba_grant(role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'simba_grant_1_3'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_grant(regrole) IS
+  'simba: let a role acquire, renew, release and fence-check mutexes and permits, and read the status views and the history';
+
+CREATE FUNCTION @extschema@.simba_revoke(role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'simba_revoke_1_3'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_revoke(regrole) IS
+  'simba: undo simba_grant for a role (schema USAGE is left alone)';
+
+CREATE FUNCTION @extschema@.simba_strip_privileges(keep_grants boolean DEFAULT true)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_strip_privileges'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_strip_privileges(boolean) IS
+  'simba: revoke every privilege on simba''s objects but the owner''s and (keep_grants) what simba_grant gives; returns how many it revoked';
+
+-- Nothing for PUBLIC or anyone but the owner, whatever the default
+-- privileges of the installing role: a DBA grants with simba_grant.
+SELECT @extschema@.simba_strip_privileges(false);
