@@ -1,4 +1,9 @@
 -- bad input: a clear error with its SQLSTATE, and no row changes
+-- a fresh install: fences below count from 1, whatever tests ran before
+SET client_min_messages = warning;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 SELECT simba_acquire('bad', 'owner', '1h', '1h') IS NOT NULL AS setup;
@@ -63,7 +68,8 @@ SELECT simba_acquire('bad', 'a', '1s', '1 mon');
 SELECT simba_acquire('bad', 'a', '1 year');
 \echo :LAST_ERROR_SQLSTATE
 
--- leases that end beyond the timestamp range (22008)
+-- leases longer than simba.max_lease (22023), up to the largest intervals;
+-- that bound keeps every lease end inside the timestamp range (22008)
 SELECT simba_acquire('bad', 'a', '2562047000 hours');
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_acquire('bad', 'a', '1500000000 hours', '1500000000 hours');

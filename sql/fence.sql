@@ -1,5 +1,11 @@
--- fencing tokens: +1 whenever the mutex changes hands, kept on renewal,
--- never reused; simba_fence_check inside the writer's transaction
+-- fencing tokens: a new value whenever the mutex changes hands, kept on
+-- renewal, never reused (not even after a rollback); simba_fence_check
+-- inside the writer's transaction
+-- a fresh install: fences below count from 1, whatever tests ran before
+SET client_min_messages = warning;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
 \set VERBOSITY terse
 
 SELECT fence FROM simba_acquire('f', 'a', '10s', '1s');     -- first holder
@@ -25,9 +31,10 @@ SELECT simba_fence_check('f', 'b', 2);
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_fence_check('free-mutex', 'a', 1);
 \echo :LAST_ERROR_SQLSTATE
-SELECT simba_fence_check('f-short', 'a', fence) FROM simba_acquire('f-short', 'a', '200ms', '0s');
+SELECT fence AS short_fence FROM simba_acquire('f-short', 'a', '200ms', '0s') \gset
+SELECT simba_fence_check('f-short', 'a', :short_fence);
 SELECT pg_sleep(0.3);
-SELECT simba_fence_check('f-short', 'a', 1);
+SELECT simba_fence_check('f-short', 'a', :short_fence);
 \echo :LAST_ERROR_SQLSTATE
 
 -- a fenced write: commits while the lease holds, refused with a stale fence
@@ -42,7 +49,7 @@ INSERT INTO ledger (writer, fence) VALUES ('a', 2);
 COMMIT;
 SELECT writer, fence FROM ledger;
 
--- fences only grow: 50 handoffs between two ids, each one fence up
+-- fences only grow: 50 handoffs between two ids, each to a higher fence
 CREATE TEMP TABLE handoffs (i int, fence bigint);
 DO $$
 DECLARE
@@ -57,7 +64,21 @@ BEGIN
     END LOOP;
 END
 $$;
-SELECT count(*) AS handoffs, min(fence), max(fence), bool_and(fence = i + 3) AS each_adds_one
-  FROM handoffs;
+SELECT count(*) AS handoffs, bool_and(fence > previous) AS each_one_higher
+  FROM (SELECT fence, lag(fence, 1, 3::bigint) OVER (ORDER BY i) AS previous FROM handoffs) h;
 SELECT owner_id, fence, version FROM simba_mutex WHERE mutex = 'f';
 DROP TABLE ledger;
+
+-- a fence handed out in a transaction that rolled back is never handed out
+-- again: neither for a first use nor for a takeover of a free mutex
+BEGIN;
+SAVEPOINT s;
+SELECT fence AS rolled_back FROM simba_acquire('f-rollback', 'a', '10s', '1s') \gset
+ROLLBACK TO s;
+SELECT owner_id, fence > :rolled_back AS higher FROM simba_acquire('f-rollback', 'a', '10s', '1s');
+COMMIT;
+SELECT simba_release('f-rollback', 'a');
+BEGIN;
+SELECT fence AS rolled_back FROM simba_acquire('f-rollback', 'b', '10s', '1s') \gset
+ROLLBACK;
+SELECT owner_id, fence > :rolled_back AS higher FROM simba_acquire('f-rollback', 'c', '10s', '1s');

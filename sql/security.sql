@@ -1,5 +1,10 @@
 -- privileges: nothing for PUBLIC, simba_grant(role) on purpose, and
 -- SECURITY DEFINER functions that search_path tricks cannot redirect
+-- a fresh install: fences below count from 1, whatever tests ran before
+SET client_min_messages = warning;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
 \set VERBOSITY terse
 CREATE ROLE regress_simba_app;
 CREATE ROLE regress_simba_other;
@@ -95,7 +100,7 @@ SELECT p.proname, p.prosecdef, p.proconfig
   FROM pg_proc p
  WHERE p.proname LIKE 'simba\_%'
  ORDER BY 1;
--- and PUBLIC holds no privilege on any simba object but simba_schema()
+-- and PUBLIC holds no privilege on any simba object
 SELECT p.proname
   FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
  WHERE p.proname LIKE 'simba\_%' AND a.grantee = 0
@@ -103,6 +108,60 @@ SELECT p.proname
 SELECT c.relname
   FROM pg_class c, aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
  WHERE c.relname LIKE 'simba\_%' AND a.grantee = 0;
+
+-- simba_grant and simba_revoke take one real role (22004, 22023, 42704)
+SELECT simba_grant(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_grant(0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_revoke(0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_grant(4294967295::oid::regrole);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_grant('-');
+\echo :LAST_ERROR_SQLSTATE
+
+-- default privileges give nobody anything on simba's objects: the install
+-- ends with exactly the documented privileges (the owner's, nothing else)
+ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO regress_simba_app;
+ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO regress_simba_app;
+ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO regress_simba_app;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+SELECT count(*) AS leaked
+  FROM pg_depend d
+  JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid,
+       aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'simba') AND d.deptype = 'e'
+   AND a.grantee <> c.relowner;
+SELECT count(*) AS leaked
+  FROM pg_depend d
+  JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid,
+       aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'simba') AND d.deptype = 'e'
+   AND a.grantee <> p.proowner;
+SET ROLE regress_simba_app;
+SELECT simba_force_release('x');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_semaphore_gc();
+\echo :LAST_ERROR_SQLSTATE
+UPDATE public.simba_mutex SET fence = 0;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- an upgrade keeps what simba_grant gave and drops what defaults leaked
+SELECT simba_grant('regress_simba_app');
+GRANT UPDATE ON public.simba_mutex TO regress_simba_app;
+GRANT EXECUTE ON FUNCTION simba_force_release(text) TO regress_simba_app;
+GRANT INSERT ON simba_mutex_status TO regress_simba_app;
+SELECT simba_strip_privileges(true) AS revoked;
+SELECT has_table_privilege('regress_simba_app', 'public.simba_mutex', 'UPDATE') AS can_update,
+       has_function_privilege('regress_simba_app', 'simba_force_release(text)', 'EXECUTE') AS can_force,
+       has_table_privilege('regress_simba_app', 'simba_mutex_status', 'INSERT') AS can_insert_status,
+       has_table_privilege('regress_simba_app', 'simba_mutex_status', 'SELECT') AS can_read_status,
+       has_function_privilege('regress_simba_app', 'simba_acquire(text, text, interval, interval)', 'EXECUTE') AS can_acquire;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM regress_simba_app;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM regress_simba_app;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON FUNCTIONS FROM regress_simba_app;
 
 DROP SCHEMA regress_evil CASCADE;
 DROP OWNED BY regress_simba_app, regress_simba_other;

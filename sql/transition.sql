@@ -1,5 +1,10 @@
 -- the transition window: after ttl_at only the owner may renew; after
 -- transition_at anyone may acquire (short leases, pg_sleep past them)
+-- a fresh install: fences below count from 1, whatever tests ran before
+SET client_min_messages = warning;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
 
 SELECT owner_id, fence FROM simba_acquire('t', 'a', '200ms', '1s');
 -- inside the ttl: others wait
