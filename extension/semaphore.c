@@ -51,9 +51,9 @@ static SimbaPlan key_lock_share = {
 
 /* live permits, the lowest reusable slot, the next new slot; $2 = t */
 static SimbaPlan slots_count = {
-	"SELECT count(*) FILTER (WHERE expires_at > $2),"
-	"       min(slot) FILTER (WHERE expires_at <= $2),"
-	"       coalesce(max(slot) + 1, 0)"
+	"SELECT pg_catalog.count(*) FILTER (WHERE expires_at > $2),"
+	"       pg_catalog.min(slot) FILTER (WHERE expires_at <= $2),"
+	"       COALESCE(pg_catalog.max(slot) + 1, 0)"
 	"  FROM simba_semaphore_permit WHERE key = $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };

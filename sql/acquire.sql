@@ -42,6 +42,12 @@ SELECT simba_release('never-used', 'a') AS unknown;
 SELECT mutex, owner_id, acquired_at, ttl_at, transition_at, version, fence, current_at IS NOT NULL AS has_time
   FROM simba_owner('never-used');
 SELECT count(*) AS rows FROM simba_mutex WHERE mutex = 'never-used';
+-- several results in one row each keep their own values (the result of an
+-- unknown mutex once lived in memory freed before the caller read it)
+SELECT (simba_owner('u1')).mutex, (simba_owner('u2')).mutex, (simba_owner('u3')).mutex;
+SELECT (simba_owner('u1')).mutex, (simba_acquire('u4', 'a')).mutex, (simba_owner('u5')).mutex,
+       (simba_acquire('u6', 'a')).owner_id;
+SELECT o.mutex, o.fence FROM generate_series(1, 3) AS i, LATERAL simba_owner('u' || i) AS o;
 
 -- hostile and unusual names are data, never SQL
 SELECT mutex, owner_id, fence
