@@ -164,7 +164,11 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 			values[6] = column(old, desc, "owner_role", &isnull);
 			nulls[6] = isnull ? 'n' : ' ';
 			values[7] = column(old, desc, "fence", &isnull);
-			event = same_text(values[5], values[2]) ? "reacquired" : "taken_over";
+			/* The same holder is the same id and role (no role: before 1.3). */
+			event = same_text(values[5], values[2]) &&
+				(nulls[3] == 'n' || nulls[6] == 'n' ||
+				 namestrcmp(DatumGetName(values[3]), NameStr(*DatumGetName(values[6]))) == 0)
+				? "reacquired" : "taken_over";
 		}
 	}
 	values[1] = CStringGetTextDatum(event);
