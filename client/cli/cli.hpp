@@ -14,6 +14,12 @@
 
 namespace simba::cli {
 
+/// simba_acquire's owner_id as the CLI compares it with its own id ($2): a
+/// tenure belongs to an id and the role that took it, so another role
+/// holding our id reads as "role:id" and never as ours.
+#define SIMBA_CLI_OWNER_ID \
+    "CASE WHEN owner_role <> current_user AND owner_id = $2 THEN owner_role || ':' || owner_id ELSE owner_id END"
+
 /// Exit codes (README: "Exit codes"). sysexits.h values where one fits.
 enum Exit : int {
     ok = 0,

@@ -234,7 +234,7 @@ int cmd_acquire(const std::vector<std::string>& args) {
     try {
         pqxx::nontransaction tx(*conn);
         r = tx.exec_params(
-            "SELECT owner_id, fence, extract(epoch FROM transition_at - current_at)::float8,"
+            "SELECT " SIMBA_CLI_OWNER_ID ", fence, extract(epoch FROM transition_at - current_at)::float8,"
             " to_json(ttl_at) #>> '{}', to_json(transition_at) #>> '{}'"
             " FROM simba_acquire($1, $2, $3::interval, $4::interval)",
             mutex, id, to_interval(ttl), to_interval(transition));

@@ -120,7 +120,7 @@ int cmd_run(const std::vector<std::string>& args) {
             pqxx::nontransaction tx(*conn);
             if (wait && wait->count() == 0) {
                 auto r = tx.exec_params(
-                    "SELECT owner_id, fence, extract(epoch FROM transition_at - current_at)::float8"
+                    "SELECT " SIMBA_CLI_OWNER_ID ", fence, extract(epoch FROM transition_at - current_at)::float8"
                     " FROM simba_acquire($1, $2, $3::interval, $4::interval)",
                     mutex, id, to_interval(copts.ttl), to_interval(copts.transition));
                 if (r[0][0].is_null() || r[0][0].as<std::string>() != id) {

@@ -226,24 +226,28 @@ std::string array_literal(const std::vector<T>& items, F&& element) {
     return out + "}";
 }
 
-// The owner row as the client reads it: times as epoch microseconds.
-#define SIMBA_OWNER_COLUMNS                                          \
-    "o.mutex, o.owner_id,"                                           \
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"          \
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"               \
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"        \
-    " o.version, o.fence,"                                           \
+// The owner row as the client reads it: times as epoch microseconds. A
+// tenure belongs to an id and the role that took it (extension 1.3): another
+// role holding our own id reads as "role:id", so it never looks like ours.
+#define SIMBA_OWNER_COLUMNS(id)                                                 \
+    "o.mutex,"                                                                  \
+    " CASE WHEN o.owner_role <> current_user AND o.owner_id = " id              \
+    " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"              \
+    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"                     \
+    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"                          \
+    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"                   \
+    " o.version, o.fence,"                                                      \
     " (extract(epoch FROM o.current_at) * 1000000)::int8"
 
 const char* const kAcquireSql =
-    "SELECT " SIMBA_OWNER_COLUMNS
+    "SELECT " SIMBA_OWNER_COLUMNS("$2")
     " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
     " $4::int8 * interval '1 microsecond') AS o";
 // Many attempts in one statement, in array order (the client sorts them by
 // mutex name, so batches of different processes lock rows in one order and
 // cannot deadlock each other); column 8 = the attempt's 1-based index.
 const char* const kAcquireBatchSql =
-    "SELECT " SIMBA_OWNER_COLUMNS ", a.i"
+    "SELECT " SIMBA_OWNER_COLUMNS("a.id") ", a.i"
     " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS a(mutex, id, ttl, tr, i),"
     " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
     " a.tr * interval '1 microsecond') AS o";

@@ -332,7 +332,10 @@ TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
     EXPECT_EQ(run({"release", "-m", mutex}, {"SIMBA_CONTENDER=a"}).rc, 0);
     EXPECT_EQ(run({"owner", "-m", mutex}).rc, 1);
     // --force: an application role lacks the privilege (77, with the GRANT to run) ...
-    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "a", "--ttl", "30s"}).rc, 0);
+    auto a2 = run({"acquire", "-m", mutex, "-c", "a", "--ttl", "30s"});
+    ASSERT_EQ(a2.rc, 0) << a2.err;
+    const long long second_fence = std::stoll(a2.out);
+    EXPECT_GT(second_fence, fence);
     {
         auto c = admin();
         pqxx::nontransaction tx(*c);
@@ -348,7 +351,7 @@ TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
     EXPECT_EQ(run({"release", "--force", "-m", mutex}).rc, 1) << "already free";
     auto b = run({"acquire", "-m", mutex, "-c", "b"});
     ASSERT_EQ(b.rc, 0);
-    EXPECT_EQ(std::stoll(b.out), fence + 2) << "a's second tenure was fence+1";
+    EXPECT_GT(std::stoll(b.out), second_fence) << "a new holder gets a greater fence";
     EXPECT_EQ(run({"release", "-m", mutex, "-c", "b"}).rc, 0);
 }
 
@@ -500,7 +503,7 @@ TEST(ClientMetrics, CountersGaugesAndHandoff) {
     EXPECT_EQ(a2->fence, 0);
     EXPECT_EQ(b2->acquired, 1u);
     EXPECT_TRUE(b2->is_owner);
-    EXPECT_EQ(b2->fence, ma->fence + 1);
+    EXPECT_GT(b2->fence, ma->fence);
     ASSERT_EQ(b2->handoff_latency.count, 1u);
     EXPECT_LT(b2->handoff_latency.sum_seconds, 0.25) << "a NOTIFY handoff, not a poll";
     EXPECT_GE(b2->attempts, b2->busy + 1);

@@ -27,6 +27,62 @@ std::string owner_of(pqxx::connection& c, const std::string& mutex) {
 
 }  // namespace
 
+// ------------------------------------------------------------------ roles
+
+TEST(Roles, AnotherRoleWithTheSameIdNeverOwnsWhileTheHolderDoes) {
+    // A tenure belongs to the id and the role that took it (extension 1.3):
+    // two services of different roles that share a contender id (two apps
+    // using the host name, say) are two contenders, never two owners.
+    auto db = admin();
+    {
+        pqxx::nontransaction tx(*db);
+        for (const char* role : {"regress_simba_role_a", "regress_simba_role_b"}) {
+            tx.exec0(std::string("DO $$ BEGIN CREATE ROLE ") + role +
+                     " LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+            tx.exec_params("SELECT simba_grant($1::regrole)", role);
+        }
+    }
+    const auto m = unique_name("roles");
+    simba::pg::ContendServiceFactory fa("user=regress_simba_role_a", test_options("role-a"));
+    simba::pg::ContendServiceFactory fb("user=regress_simba_role_b", test_options("role-b"));
+    auto a = std::make_shared<Recorder>(m, "same-id");
+    auto b = std::make_shared<Recorder>(m, "same-id");
+    auto sa = fa.create(a, lease(2000ms, 1000ms));
+    auto sb = fb.create(b, lease(2000ms, 1000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto fence_a = sa->fence();
+    sb->start();
+    // b has seen a's tenure, under a's role, and keeps seeing it across a's renewals.
+    ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "regress_simba_role_a:same-id"; }, 10s));
+    const auto renewals = [&] {
+        pqxx::nontransaction tx(*db);
+        return tx.exec_params1("SELECT version FROM simba_mutex WHERE mutex = $1", m)[0].as<std::int64_t>();
+    };
+    const auto v0 = renewals();
+    ASSERT_TRUE(eventually([&] { return renewals() >= v0 + 2; }, 10s)) << "a renews";
+    EXPECT_FALSE(sb->is_owner());
+    EXPECT_EQ(b->events().size(), 0u) << "b never acquired";
+    EXPECT_TRUE(sa->is_owner());
+    // a stops: now b is the next holder, with a greater fence.
+    sa->stop();
+    ASSERT_TRUE(b->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    EXPECT_TRUE(sb->is_owner());
+    EXPECT_GT(sb->fence(), fence_a);
+    {
+        pqxx::nontransaction tx(*db);
+        auto r = tx.exec_params1("SELECT owner_id, owner_role::text FROM simba_owner($1)", m);
+        EXPECT_EQ(r[0].as<std::string>(), "same-id");
+        EXPECT_EQ(r[1].as<std::string>(), "regress_simba_role_b");
+    }
+    sb->stop();
+    pqxx::nontransaction tx(*db);
+    for (const char* role : {"regress_simba_role_a", "regress_simba_role_b"}) {
+        tx.exec_params("SELECT simba_revoke($1::regrole)", role);
+        tx.exec0(std::string("DROP OWNED BY ") + role);
+    }
+}
+
 // --------------------------------------------------------------- handoff
 
 TEST(Handoff, StopReleasesAndNotifyWakesTheWaiterBeforeItsPoll) {
@@ -635,7 +691,7 @@ TEST(Errors, ServerErrorsAreLoggedWithTheirSqlstateAndFenceErrorsMap) {
     s->start();  // a second tenure: a new, greater fence
     ASSERT_TRUE(c->wait([](auto& ev) { return ev.size() == 3; }, 10s));
     const auto fence = s->fence();
-    EXPECT_EQ(fence, first_fence + 1);
+    EXPECT_GT(fence, first_fence);
     {
         pqxx::work tx(*db);
         EXPECT_NO_THROW(tx.exec_params("SELECT simba_fence_check($1, 'F', $2)", m, fence));
