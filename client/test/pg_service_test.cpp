@@ -320,7 +320,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
     const auto again = a->events()[2];
     EXPECT_TRUE(again.acquired);
-    EXPECT_EQ(again.state.after.fence, fence1 + 1);  // a new tenure
+    EXPECT_GT(again.state.after.fence, fence1);  // a new tenure
     EXPECT_TRUE(sa->is_owner());
     EXPECT_GE(factory.connects(), 2u);
     EXPECT_EQ(backends_with_app(*root, opts.application_name), 2);
