@@ -177,10 +177,12 @@ Backend detail::postgres_backend_via(std::string name, std::string pooler_dsn, s
         });
     };
 
-    b.fence_check = [admin](const std::string& mutex, const std::string& id, std::int64_t fence) {
+    b.fence_check = [admin](const std::string& tag, const std::string& mutex, const std::string& id,
+                            std::int64_t fence) {
         return admin->with([&](pqxx::connection& c) -> std::string {
             try {
                 pqxx::work tx(c);
+                tx.exec0("SET LOCAL ROLE " + c.quote_name(role_of(tag)));
                 tx.exec_params("SELECT simba_fence_check($1, $2, $3)", mutex, id, fence);
                 tx.commit();
                 return {};

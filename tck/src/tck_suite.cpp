@@ -481,14 +481,15 @@ TEST_P(SimbaTck, PausedOwner) {
     ASSERT_TRUE(b.fence_check) << "Backend::fence_check is required";
     const auto m = new_mutex("paused");
     const auto ttl = 1000ms, transition = 1000ms;
-    Worker a(b, m, "paused-A", new_tag(), ttl, transition);
+    const auto tag_a = new_tag(), tag_b = new_tag();
+    Worker a(b, m, "paused-A", tag_a, ttl, transition);
     const auto acq = a.wait_kind("acquired", 15s);
     ASSERT_EQ(acq.kind, "acquired");
     const auto fence_a = acq.num("fence");
     ASSERT_EQ(a.wait_kind("acting", 5s).kind, "acting");
-    EXPECT_EQ(b.fence_check(m, "paused-A", fence_a), "") << "the live owner's fence check failed";
+    EXPECT_EQ(b.fence_check(tag_a, m, "paused-A", fence_a), "") << "the live owner's fence check failed";
 
-    auto factory = b.make_factory(new_tag());
+    auto factory = b.make_factory(tag_b);
     auto rb = std::make_shared<Recorder>(m, "paused-B");
     auto sb = factory->create(rb, lease(ttl, transition));
     sb->start();
@@ -500,7 +501,7 @@ TEST_P(SimbaTck, PausedOwner) {
     const auto b_acq = rb->events().front();
     const auto fence_b = b_acq.state.after.fence;
     EXPECT_GT(fence_b, fence_a);
-    const auto stale = b.fence_check(m, "paused-A", fence_a);
+    const auto stale = b.fence_check(tag_a, m, "paused-A", fence_a);
     EXPECT_NE(stale, "") << "fence check with the paused owner's fence passed after a takeover";
 
     const auto t_cont = SteadyClock::now();
@@ -522,9 +523,9 @@ TEST_P(SimbaTck, PausedOwner) {
     EXPECT_TRUE(a.events("acquired").size() == 1u) << "the resumed owner re-acquired while B held the lock";
     const auto released = a.events("released");
     EXPECT_FALSE(released.empty()) << "no on_released after resuming";
-    const auto stale2 = b.fence_check(m, "paused-A", fence_a);
+    const auto stale2 = b.fence_check(tag_a, m, "paused-A", fence_a);
     EXPECT_NE(stale2, "") << "fence check with the old fence passed after the owner resumed";
-    EXPECT_EQ(b.fence_check(m, "paused-B", fence_b), "") << "the new owner's fence check failed";
+    EXPECT_EQ(b.fence_check(tag_b, m, "paused-B", fence_b), "") << "the new owner's fence check failed";
     std::printf("paused owner: stopped %.0f ms; B acquired %.0f ms after SIGSTOP; A reported '%s' %.1f ms after "
                 "SIGCONT; stale fence check: %s\n",
                 ms_of(t_cont - t_stop), ms_of(b_acq.at - t_stop), gave_up.kind.c_str(),

@@ -70,10 +70,13 @@ struct Backend {
     /// The mutex's stored row (see ServerRow).
     std::function<ServerRow(const std::string& mutex)> read_row;
 
-    /// Runs the backend's transactional fence check (for PostgreSQL
-    /// simba_fence_check(mutex, contender_id, fence) in a transaction).
+    /// Runs the backend's transactional fence check as the client
+    /// `client_tag` would (for PostgreSQL simba_fence_check(mutex,
+    /// contender_id, fence) in a transaction of that client's role: a lease
+    /// belongs to the id and the role that took it).
     /// Returns "" if it passed, else the error (SQLSTATE and message).
-    std::function<std::string(const std::string& mutex, const std::string& contender_id, std::int64_t fence)>
+    std::function<std::string(const std::string& client_tag, const std::string& mutex,
+                              const std::string& contender_id, std::int64_t fence)>
         fence_check;
 
     /// Optional: called once after the suite with the prefix of every
