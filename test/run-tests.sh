@@ -41,6 +41,8 @@ run_pg_suite() { # name command...
 # pg_regress run does not hide the isolation results.
 run_pg_suite regress make -s installcheck ISOLATION=
 run_pg_suite isolation make -s installcheck REGRESS=
+# pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
+run_pg_suite restore test/restore/roundtrip.sh
 for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done

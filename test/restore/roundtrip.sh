@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Dump and restore a database that uses simba, the way operators do, and
+# check nothing is lost or issued twice. Runs inside a throwaway cluster
+# (test/with-cluster.sh: PGHOST etc. and SIMBA_PG_BIN set, PGUSER a
+# superuser). Two round trips of the same source:
+#   A  pg_dump -Fc, createdb, pg_restore -d
+#   B  pg_dump -Fc -C, pg_restore -C: CREATE DATABASE and its
+#      `ALTER DATABASE ... SET simba.history = on` come back first, so the
+#      restore's COPY runs with history on (this once crashed the server)
+# Each check prints "roundtrip: <check> ... ok" or "... FAILED: <why>";
+# the last line is "roundtrip: N passed, N failed".
+set -euo pipefail
+bin=${SIMBA_PG_BIN:-$(pg_config --bindir)}
+src=simba_rt_src dst=simba_rt_dst created=simba_rt_created
+app=simba_rt_app other=simba_rt_other
+work=$(mktemp -d)
+passed=0 failed=0
+
+q() { "$bin/psql" -X -q -v ON_ERROR_STOP=1 -At "$@"; }
+check() { # name expected actual
+  if [ "$2" = "$3" ]; then
+    echo "roundtrip: $1 ... ok"; passed=$((passed + 1))
+  else
+    echo "roundtrip: $1 ... FAILED: expected [$2], got [$3]"; failed=$((failed + 1))
+  fi
+}
+cleanup() {
+  for db in $src $dst $created; do q -d postgres -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
+  q -d postgres -c "DROP ROLE IF EXISTS $app" -c "DROP ROLE IF EXISTS $other" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cleanup
+work=$(mktemp -d)
+
+# --- the source: history on, every kind of state -------------------------
+q -d postgres -c "CREATE DATABASE $src" -c "CREATE ROLE $app" -c "CREATE ROLE $other"
+q -d postgres -c "ALTER DATABASE $src SET simba.history = on"
+q -d $src >/dev/null <<SQL
+CREATE EXTENSION simba;
+SELECT simba_grant('$app'), simba_grant('$other');
+SET ROLE $app;
+-- released
+SELECT owner_id FROM simba_acquire('released', 'w1', '1h', '1h');
+SELECT simba_release('released', 'w1');
+-- a short lease taken over by another role: a takeover in the history
+SELECT owner_id FROM simba_acquire('taken', 'w1', '50ms', '0s');
+RESET ROLE;
+-- wait for the lease to end by the server's clock (no fixed sleep)
+DO \$\$ BEGIN
+  WHILE clock_timestamp() <= (SELECT transition_at FROM simba_mutex WHERE mutex = 'taken') LOOP
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+END \$\$;
+SET ROLE $other;
+SELECT owner_id FROM simba_acquire('taken', 'w2', '1h', '1h');
+RESET ROLE;
+-- the first holder finishes late: a late release, logged once
+SET ROLE $app;
+SELECT simba_release('taken', 'w1'), simba_release('taken', 'w1');
+-- live leases of a granted role, and live permits
+SELECT o.owner_id FROM generate_series(1, 3) i, LATERAL simba_acquire('live-' || i, 'w1', '1h', '1h') o;
+SELECT slot FROM simba_semaphore_acquire('pool', 'w2', 5, '1h');
+RESET ROLE;
+SQL
+# a rolled-back fence: issued, never committed, must not come back either
+q -d $src -c "BEGIN" -c "SET ROLE $app" -c "SELECT fence FROM simba_acquire('rolled-back', 'w1')" -c "ROLLBACK" >/dev/null
+token=$(q -d $src -c "SET ROLE $app" -c "SELECT token FROM simba_semaphore_acquire('pool', 'w1', 5, '1h')")
+
+describe() { # db -> the state that must survive, one line per row
+  q -d "$1" <<'SQL'
+SELECT 'mutex', mutex, coalesce(owner_id, '-'), coalesce(owner_role::text, '-'), fence, version,
+       coalesce(transition_at::text, '-') FROM simba_mutex ORDER BY mutex;
+SELECT 'history', id, mutex, event, coalesce(owner_id, '-'), coalesce(owner_role::text, '-'), fence
+  FROM simba_mutex_history ORDER BY id;
+SELECT 'permit', key, slot, holder, coalesce(holder_role::text, '-'), token, fence, expires_at
+  FROM simba_semaphore_permit ORDER BY key, slot;
+SQL
+}
+describe $src >"$work/src.state"
+read -r max_fence max_id max_permit_fence <<<"$(q -d $src -F ' ' -c "
+  SELECT (SELECT last_value FROM simba_mutex_fence),
+         (SELECT max(id) FROM simba_mutex_history),
+         (SELECT last_value FROM simba_permit_fence)")"
+started=$(q -d postgres -c "SELECT pg_postmaster_start_time()")
+[ "$(grep -c '^history|' "$work/src.state")" -ge 5 ] || { echo "roundtrip: the source has too little history"; exit 1; }
+
+# --- after a restore: the same state, and everything continues above it --
+verify() { # label db
+  local label=$1 db=$2
+  describe "$db" >"$work/$label.state"
+  check "$label: server never restarted" "$started" "$(q -d postgres -c "SELECT pg_postmaster_start_time()")"
+  check "$label: every mutex, history row and permit restored as it was" \
+    "$(md5sum <"$work/src.state")" "$(md5sum <"$work/$label.state")"
+  local fence
+  fence=$(q -d "$db" -c "SELECT fence FROM simba_mutex WHERE mutex = 'live-1'")
+  check "$label: the live lease's holder (its role) renews it, same fence" "w1 $app $fence" \
+    "$(q -d "$db" -F ' ' -c "SET ROLE $app" -c "SELECT owner_id, owner_role, fence FROM simba_acquire('live-1', 'w1', '1h', '1h')")"
+  check "$label: another role cannot renew it" "$app" \
+    "$(q -d "$db" -c "SET ROLE $other" -c "SELECT owner_role FROM simba_acquire('live-2', 'w1', '1h', '1h')")"
+  check "$label: a new holder's fence is above every fence the source issued" "t" \
+    "$(q -d "$db" -c "SET ROLE $app" -c "SELECT fence > $max_fence FROM simba_acquire('new-mutex', 'w1', '1h', '1h')")"
+  check "$label: a change of hands with history on gets a history id above the source's" "t" \
+    "$(q -d "$db" -c "SET simba.history = on" -c "SET ROLE $app" -c "SELECT simba_release('new-mutex', 'w1')" >/dev/null &&
+       q -d "$db" -c "SELECT max(id) > $max_id FROM simba_mutex_history")"
+  check "$label: the saved permit token still refreshes" "t" \
+    "$(q -d "$db" -c "SET ROLE $app" -c "SELECT simba_semaphore_refresh('pool', '$token', '1h')")"
+  check "$label: a new permit's fence is above the source's" "t" \
+    "$(q -d "$db" -c "SET ROLE $app" -c "SELECT fence > $max_permit_fence FROM simba_semaphore_acquire('pool', 'w3', 5, '1h')")"
+}
+
+restore() { # label command... : runs a restore step, fails the check on any error output
+  local label=$1; shift
+  if "$@" 2>"$work/$label.err" && ! grep -qi 'error' "$work/$label.err"; then
+    check "$label: pg_restore exited 0 without errors" "ok" "ok"
+  else
+    check "$label: pg_restore exited 0 without errors" "ok" "$(tr '\n' ' ' <"$work/$label.err")"
+  fi
+}
+
+# A: into a database made beforehand
+"$bin/pg_dump" -Fc -f "$work/a.dump" $src
+q -d postgres -c "CREATE DATABASE $dst"
+restore A "$bin/pg_restore" -d $dst "$work/a.dump"
+verify A $dst
+
+# B: the dump creates the database, with ALTER DATABASE ... SET simba.history = on
+q -d postgres -c "ALTER DATABASE $src RENAME TO $created"
+"$bin/pg_dump" -Fc -C -f "$work/b.dump" $created
+q -d postgres -c "DROP DATABASE $created"
+restore B "$bin/pg_restore" -C -d postgres "$work/b.dump"
+check "B: the restored database has simba.history on" "simba.history=on" \
+  "$(q -d postgres -c "SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = '$created'")"
+verify B $created
+
+echo "roundtrip: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
