@@ -2,7 +2,7 @@
 //
 // One contend service of the library holds the lease; CMD runs only between
 // its on_acquired and on_released (which the library fires no later than the
-// lease deadline it can prove, DESIGN §2 rule 3). Every signal simba run
+// lease deadline it can prove, docs/design.md "Safety rules" rule 3). Every signal simba run
 // handles is blocked in all threads and read from a signalfd by the main
 // thread; the callbacks only set a flag and poke an eventfd, so the main loop
 // is the only place that starts, signals and reaps CMD.

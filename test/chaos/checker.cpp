@@ -1,6 +1,6 @@
 // simba chaos checker: reads the workers' and the nemesis' event logs and the
 // database (simba_mutex_history, ledger, both with commit timestamps) and
-// checks DESIGN §2 on what happened:
+// checks docs/design.md, "Safety rules", on what happened:
 //
 //  (1) one owner at a time: an ownership a worker observed (is_owner() true
 //      with fence f at some instant in [before, after], steady clock) never

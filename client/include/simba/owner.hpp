@@ -6,7 +6,7 @@
 // which the request that produced it was SENT, paired with the server's
 // decision time `current_at`. A server time t maps onto the steady clock as
 // anchor + (t - current_at). Because the anchor is the send time, network
-// latency can only make a lease look shorter, never longer (DESIGN §2 rule 3).
+// latency can only make a lease look shorter, never longer (docs/design.md, "Safety rules", rule 3).
 #pragma once
 
 #include <chrono>
