@@ -3,11 +3,20 @@
 // Makes N random calls (default 20,000) to every simba function with values
 // drawn from hostile generators: NULLs, empty and 1 MB strings, control
 // characters, quotes and backslashes, invalid UTF-8, extreme and calendar
-// intervals, negative and huge fences and permits, random tokens. Every call
-// must either succeed or fail with a documented SQLSTATE; the connection
-// must never break (a crashed backend breaks it). Afterwards the rows must
-// still satisfy simba's invariants, and the fences every successful acquire
-// returned must never have gone backwards for a mutex.
+// intervals, negative and huge fences and permits, random tokens. The calls
+// come from three sessions of three granted roles that share contender ids
+// and permit tokens, in autocommit or in explicit transactions (READ
+// COMMITTED, REPEATABLE READ or SERIALIZABLE, with savepoints rolled back
+// or released, committed or rolled back), interleaved statement by
+// statement. Every call must either succeed or fail with a documented
+// SQLSTATE; the connections must never break (a crashed backend breaks
+// them). Checked as it goes and on the rows left behind:
+//  - a tenure (mutex, fence) belongs to one holder (id and role): no role
+//    ever renews, fence-checks or reports another role's tenure as its own;
+//  - a permit token works only for the role that took it;
+//  - a fence handed out in a transaction or savepoint that rolled back is
+//    never seen again; committed fences of a mutex never go backwards;
+//  - the usual row invariants (see the end of main).
 //
 // Usage: sql_fuzz [calls] [seed]   (server from libpq's PG* environment; the
 // calls run in a database of their own, simba_fuzz, made anew each run)
@@ -18,6 +27,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <utility>
 #include <random>
 #include <set>
 #include <string>
@@ -35,7 +45,11 @@ const std::set<std::string> documented = {
     "22021",                    // invalid UTF-8 (rejected by the server's input)
     "22P02", "22007", "22015",  // bad uuid / interval text, interval overflow
     "SB001", "SB002", "SB003",  // fence checks
+    "55P03",                    // lock_timeout: another session's open transaction holds the row
 };
+// Besides, inside an explicit transaction: a serialization failure or a
+// deadlock (README "Errors and limits": retry the transaction).
+const std::set<std::string> documented_in_transaction = {"40001", "40P01"};
 
 std::mt19937_64 rng;
 
@@ -140,6 +154,78 @@ void check_rows(PGconn* conn, Stats& stats, const char* label, const char* sql) 
     PQclear(r);
 }
 
+// A tenure: who holds a mutex under one fence.
+using Holder = std::pair<std::string, std::string>;  // contender id, role
+using Tenure = std::pair<std::string, long long>;    // mutex, fence
+
+// One connection, under one role, perhaps inside an explicit transaction.
+struct Session {
+    PGconn* conn = nullptr;
+    std::string role;
+    bool in_txn = false, in_savepoint = false;
+    int calls_left = 0;
+    std::vector<Tenure> new_in_txn, new_in_savepoint;  // tenures this session began, not yet committed
+    std::map<std::string, long long> pending_fence;    // mutex -> fence seen inside the transaction
+};
+
+struct Checker {
+    Stats stats;
+    std::map<Tenure, Holder> holder_of;             // every tenure seen, with its holder
+    std::set<Tenure> dead;                          // tenures begun in work that rolled back
+    std::map<std::string, long long> last_fence;    // mutex -> highest committed fence seen
+    std::map<std::string, std::string> token_role;  // permit token -> role that took it
+    std::vector<std::string> tokens;
+
+    // A row simba_acquire returned (mutex, owner_id, fence, owner_role) to `s`.
+    void saw_owner(Session& s, const std::string& mutex, const std::string& owner, long long fence,
+                   const std::string& role) {
+        const Tenure t{mutex, fence};
+        if (dead.count(t))
+            violation(stats, "fence " + std::to_string(fence) + " of " + mutex +
+                                 " came back after the work that got it rolled back");
+        auto [it, fresh] = holder_of.emplace(t, Holder{owner, role});
+        if (!fresh && it->second != Holder{owner, role})
+            violation(stats, "tenure " + mutex + "/" + std::to_string(fence) + " of " + it->second.first + " (" +
+                                 it->second.second + ") now reported as " + owner + " (" + role + ")");
+        if (fresh && role == s.role && s.in_txn) (s.in_savepoint ? s.new_in_savepoint : s.new_in_txn).push_back(t);
+        auto last = last_fence.find(mutex);
+        if (last != last_fence.end() && fence < last->second)
+            violation(stats, "fence of " + mutex + " went back from " + std::to_string(last->second) + " to " +
+                                 std::to_string(fence));
+        if (s.in_txn)
+            s.pending_fence[mutex] = std::max(s.pending_fence[mutex], fence);
+        else
+            last_fence[mutex] = std::max(last_fence[mutex], fence);
+    }
+
+    void rolled_back(std::vector<Tenure>& begun) {
+        dead.insert(begun.begin(), begun.end());
+        begun.clear();
+    }
+};
+
+bool command(Session& s, const std::string& sql) {
+    PGresult* r = PQexec(s.conn, sql.c_str());
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok;
+}
+
+// Ends the session's transaction; a failed COMMIT (40001) rolls back.
+void finish(Session& s, Checker& c, bool commit) {
+    if (commit && command(s, "COMMIT")) {
+        for (auto& [m, f] : s.pending_fence) c.last_fence[m] = std::max(c.last_fence[m], f);
+    } else {
+        command(s, "ROLLBACK");
+        c.rolled_back(s.new_in_savepoint);
+        c.rolled_back(s.new_in_txn);
+    }
+    s.new_in_txn.clear();
+    s.new_in_savepoint.clear();
+    s.pending_fence.clear();
+    s.in_txn = s.in_savepoint = false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,14 +234,20 @@ int main(int argc, char** argv) {
     rng.seed(seed);
     std::printf("sql_fuzz: %ld calls, seed %lu\n", calls, seed);
 
+    const std::vector<std::string> roles = {"simba_fuzz_r0", "simba_fuzz_r1", "simba_fuzz_r2"};
     PGconn* conn = PQconnectdb("");
     if (PQstatus(conn) != CONNECTION_OK) {
         std::fprintf(stderr, "sql_fuzz: cannot connect: %s", PQerrorMessage(conn));
         return 2;
     }
     if (!exec_ok(conn, "SET client_min_messages = error") ||
-        !exec_ok(conn, "DROP DATABASE IF EXISTS simba_fuzz") || !exec_ok(conn, "CREATE DATABASE simba_fuzz"))
+        !exec_ok(conn, "DROP DATABASE IF EXISTS simba_fuzz") || !exec_ok(conn, "CREATE DATABASE simba_fuzz") ||
+        !exec_ok(conn, "ALTER DATABASE simba_fuzz SET simba.history = on"))
         return 2;
+    for (const auto& role : roles)  // roles are cluster-wide: made once, kept for the next run
+        if (!exec_ok(conn, ("DO $$ BEGIN CREATE ROLE " + role +
+                            "; EXCEPTION WHEN duplicate_object THEN NULL; END $$").c_str()))
+            return 2;
     PQfinish(conn);
     conn = PQconnectdb("dbname=simba_fuzz");
     if (PQstatus(conn) != CONNECTION_OK) {
@@ -163,18 +255,37 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (!exec_ok(conn, "CREATE EXTENSION simba")) return 2;
+    std::vector<Session> sessions(roles.size());
+    for (std::size_t k = 0; k < roles.size(); ++k) {
+        sessions[k].role = roles[k];
+        sessions[k].conn = PQconnectdb("dbname=simba_fuzz");
+        // A row locked by another session's open transaction answers 55P03
+        // at once instead of blocking this single-threaded driver.
+        if (PQstatus(sessions[k].conn) != CONNECTION_OK ||
+            !exec_ok(conn, ("SELECT simba_grant('" + roles[k] + "')").c_str()) ||
+            !exec_ok(sessions[k].conn, ("SET ROLE " + roles[k]).c_str()) ||
+            !exec_ok(sessions[k].conn, "SET lock_timeout = '20ms'"))
+            return 2;
+    }
 
-    Stats stats;
-    std::vector<std::string> tokens;                      // tokens of granted permits
-    std::map<std::string, long long> last_fence;          // mutex -> highest fence seen
+    Checker c;
+    Stats& stats = c.stats;
     std::map<std::string, long> by_state;
+    static const char* const levels[] = {"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"};
 
     for (long i = 0; i < calls; ++i) {
+        Session& s = sessions[pick(static_cast<int>(sessions.size()))];
+        if (!s.in_txn && pick(4) == 0) {
+            s.in_txn = command(s, std::string("BEGIN ISOLATION LEVEL ") + levels[pick(3)]);
+            s.calls_left = 1 + pick(4);
+        }
+        if (s.in_txn && !s.in_savepoint && pick(4) == 0) s.in_savepoint = command(s, "SAVEPOINT sp");
+
         Call call;
         int kind = pick(9);
         switch (kind) {
             case 0: case 1:
-                call = {"SELECT mutex, owner_id, fence FROM simba_acquire($1, $2, $3::interval, $4::interval)",
+                call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval)",
                         {name(), contender(), interval(), interval()}};
                 break;
             case 2: call = {"SELECT simba_release($1, $2)", {name(), contender()}}; break;
@@ -188,34 +299,45 @@ int main(int argc, char** argv) {
                 break;
             case 6:
                 call = {"SELECT simba_semaphore_refresh($1, $2::uuid, $3::interval)",
-                        {name(), token(tokens), interval()}};
+                        {name(), token(c.tokens), interval()}};
                 break;
-            case 7: call = {"SELECT simba_semaphore_release($1, $2::uuid)", {name(), token(tokens)}}; break;
+            case 7: call = {"SELECT simba_semaphore_release($1, $2::uuid)", {name(), token(c.tokens)}}; break;
             default:
                 call = {"SELECT simba_semaphore_fence_check($1, $2::uuid, $3::bigint)",
-                        {name(), token(tokens), integer(true)}};
+                        {name(), token(c.tokens), integer(true)}};
         }
-        PGresult* r = run(conn, call);
+        PGresult* r = run(s.conn, call);
         ExecStatusType st = PQresultStatus(r);
         if (st == PGRES_TUPLES_OK) {
             ++stats.ok;
             ++by_state["ok"];
-            if (kind <= 1 && PQntuples(r) == 1 && !PQgetisnull(r, 0, 2)) {
-                // Fences of a mutex never go backwards between calls.
-                std::string mutex = PQgetvalue(r, 0, 0);
-                long long fence = std::atoll(PQgetvalue(r, 0, 2));
-                auto it = last_fence.find(mutex);
-                if (it != last_fence.end() && fence < it->second)
-                    violation(stats, "fence of " + mutex + " went back from " +
-                                         std::to_string(it->second) + " to " + std::to_string(fence));
-                last_fence[mutex] = fence;
+            const bool row = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+            if (kind <= 1 && row && !PQgetisnull(r, 0, 1))
+                c.saw_owner(s, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), std::atoll(PQgetvalue(r, 0, 2)),
+                            PQgetvalue(r, 0, 3));
+            if (kind == 4 && call.args[0] && call.args[1] && call.args[2]) {
+                // A passed fence check: the tenure, if seen, is the caller's.
+                auto it = c.holder_of.find({*call.args[0], std::atoll(call.args[2]->c_str())});
+                if (it != c.holder_of.end() && it->second != Holder{*call.args[1], s.role})
+                    violation(stats, s.role + " passed a fence check on " + *call.args[0] + " with the tenure of " +
+                                         it->second.first + " (" + it->second.second + ")");
             }
-            if (kind == 5 && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) tokens.push_back(PQgetvalue(r, 0, 0));
+            if (kind == 5 && row) {
+                c.tokens.push_back(PQgetvalue(r, 0, 0));
+                c.token_role[PQgetvalue(r, 0, 0)] = s.role;
+            }
+            if ((kind == 6 || kind == 7 || kind == 8) && call.args[1]) {
+                // Refresh and release answer true, a fence check passes, only for the token's own role.
+                const bool worked = kind == 8 || (row && std::string(PQgetvalue(r, 0, 0)) == "t");
+                auto it = c.token_role.find(*call.args[1]);
+                if (worked && it != c.token_role.end() && it->second != s.role)
+                    violation(stats, s.role + " used the permit token of " + it->second + " in " + call.sql);
+            }
         } else if (st == PGRES_FATAL_ERROR) {
             const char* code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
             std::string state = code ? code : "(none)";
             ++by_state[state];
-            if (documented.count(state)) {
+            if (documented.count(state) || (s.in_txn && documented_in_transaction.count(state))) {
                 ++stats.documented_errors;
             } else {
                 violation(stats, "undocumented SQLSTATE " + state + " for " + call.sql + ": " +
@@ -225,11 +347,30 @@ int main(int argc, char** argv) {
             violation(stats, std::string("unexpected result ") + PQresStatus(st) + " for " + call.sql);
         }
         PQclear(r);
-        if (PQstatus(conn) != CONNECTION_OK) {
+        if (PQstatus(s.conn) != CONNECTION_OK) {
             violation(stats, "connection broke (server crash?) after " + call.sql);
             break;
         }
+        if (s.in_txn) {
+            // An error aborts the work since the savepoint, or the transaction.
+            if (st != PGRES_TUPLES_OK && s.in_savepoint && command(s, "ROLLBACK TO SAVEPOINT sp")) {
+                c.rolled_back(s.new_in_savepoint);
+                s.in_savepoint = false;
+            } else if (st != PGRES_TUPLES_OK) {
+                finish(s, c, false);
+            } else if (s.in_savepoint && pick(3) == 0) {
+                const bool undo = pick(2) == 0;
+                command(s, undo ? "ROLLBACK TO SAVEPOINT sp" : "RELEASE SAVEPOINT sp");
+                if (undo) c.rolled_back(s.new_in_savepoint);
+                s.new_in_txn.insert(s.new_in_txn.end(), s.new_in_savepoint.begin(), s.new_in_savepoint.end());
+                s.new_in_savepoint.clear();
+                s.in_savepoint = false;
+            }
+            if (s.in_txn && --s.calls_left <= 0) finish(s, c, pick(2) == 0);
+        }
     }
+    for (auto& s : sessions)
+        if (s.in_txn) finish(s, c, true);
 
     // Invariants on the rows the calls left behind.
     check_rows(conn, stats, "mutex row",
@@ -237,25 +378,57 @@ int main(int argc, char** argv) {
                "WHERE fence < 1 OR version < 1 "
                "OR (owner_id IS NULL) <> (transition_at IS NULL) "
                "OR (owner_id IS NULL) <> (ttl_at IS NULL) "
+               "OR (owner_id IS NULL) <> (owner_role IS NULL) "
                "OR NOT (acquired_at < ttl_at AND ttl_at <= transition_at) "
                "OR mutex = '' OR char_length(mutex) > 256 OR owner_id = '' OR char_length(owner_id) > 256");
     check_rows(conn, stats, "permit row",
                "SELECT key || '/' || slot FROM simba_semaphore_permit "
                "WHERE fence < 1 OR slot < 0 OR NOT (acquired_at <= expires_at) "
-               "OR key = '' OR holder = '' OR char_length(context) > 256");
+               "OR key = '' OR holder = '' OR holder_role IS NULL OR char_length(context) > 256");
     check_rows(conn, stats, "over-allocation",
                "SELECT key || ': ' || count(*) || ' live > ' || max(s.permits) "
                "FROM simba_semaphore_permit p JOIN simba_semaphore s USING (key) "
                "WHERE p.expires_at > clock_timestamp() GROUP BY key HAVING count(*) > 10000");
     check_rows(conn, stats, "duplicate fence",
                "SELECT key || ': fence ' || fence FROM simba_semaphore_permit GROUP BY key, fence HAVING count(*) > 1");
+    check_rows(conn, stats, "tenure begun twice",
+               "SELECT mutex || ': fence ' || fence FROM simba_mutex_history "
+               "WHERE event IN ('acquired', 'taken_over', 'reacquired') GROUP BY mutex, fence HAVING count(*) > 1");
+    check_rows(conn, stats, "late release repeated",
+               "SELECT mutex || ': fence ' || fence FROM simba_mutex_history WHERE event = 'late_release' "
+               "GROUP BY mutex, fence HAVING count(*) > 1");
+    {
+        // The committed fence of every mutex is at least the highest committed fence seen.
+        std::string sql = "SELECT m.mutex || ': ' || m.fence || ' < ' || v.f FROM simba_mutex m JOIN (VALUES ";
+        bool first = true;
+        std::vector<std::string> params;
+        for (const auto& [m, f] : c.last_fence) {
+            params.push_back(m);
+            sql += std::string(first ? "" : ", ") + "($" + std::to_string(params.size()) + "::text, " +
+                   std::to_string(f) + "::bigint)";
+            first = false;
+        }
+        sql += ") AS v(mutex, f) USING (mutex) WHERE m.fence < v.f";
+        if (!params.empty()) {
+            std::vector<const char*> values;
+            for (const auto& p : params) values.push_back(p.c_str());
+            PGresult* r = PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                                       nullptr, nullptr, 0);
+            if (PQresultStatus(r) != PGRES_TUPLES_OK)
+                violation(stats, std::string("final fences: ") + PQerrorMessage(conn));
+            for (int k = 0; PQresultStatus(r) == PGRES_TUPLES_OK && k < PQntuples(r); ++k)
+                violation(stats, std::string("final fence below a committed one: ") + PQgetvalue(r, k, 0));
+            PQclear(r);
+        }
+    }
 
     std::printf("sql_fuzz: answers by SQLSTATE:");
     for (const auto& [state, n] : by_state) std::printf(" %s=%ld", state.c_str(), n);
-    std::printf("\nsql_fuzz: %ld successful calls, %ld documented errors, %zu mutexes, %zu permits\n",
-                stats.ok, stats.documented_errors, last_fence.size(), tokens.size());
+    std::printf("\nsql_fuzz: %ld successful calls, %ld documented errors, %zu tenures, %zu rolled back, %zu permits\n",
+                stats.ok, stats.documented_errors, c.holder_of.size(), c.dead.size(), c.tokens.size());
     const long checked = stats.ok + stats.documented_errors;
     std::printf("sql_fuzz: %ld passed, %ld failed\n", checked, stats.violations);
+    for (auto& s : sessions) PQfinish(s.conn);
     PQfinish(conn);
     return stats.violations == 0 ? 0 : 1;
 }
