@@ -3,12 +3,13 @@
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
+#   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench chaos
+.PHONY: test deps demo psql bench chaos valgrind
 test:
 	@test/run-tests.sh
 demo:
@@ -17,6 +18,8 @@ bench:
 	@bench/run.sh
 chaos:
 	@test/chaos/long.sh
+valgrind:
+	@test/valgrind/run.sh
 psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:

@@ -46,6 +46,9 @@ run_pg_suite restore test/restore/roundtrip.sh
 for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done
+# the regress and isolation suites again, every backend of a second throwaway
+# cluster under valgrind memcheck (make valgrind, about 3 minutes)
+run_pg_suite valgrind test/valgrind/run.sh
 
 # C++: client (unit, integration, examples), TCK, SQL fuzzer
 if [ -d build ]; then

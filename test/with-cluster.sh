@@ -13,6 +13,8 @@
 # SIMBA_CLUSTER_TCP=1 also listens on 127.0.0.1 at a free port (exported as
 # SIMBA_PG_TCP_PORT, and PGPORT becomes that number for the socket too);
 # PGHOST stays the unix socket directory. Off by default.
+# SIMBA_VALGRIND=1 runs the postmaster, and so every backend it forks, under
+# valgrind memcheck (test/valgrind/run.sh); logs go to $SIMBA_VALGRIND_LOGS.
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 
@@ -59,7 +61,19 @@ max_connections = 300
 shared_preload_libraries = 'pg_stat_statements'
 log_min_messages = warning
 CONF
-if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null; then
+start_opts=(-t 60)
+if [ "${SIMBA_VALGRIND:-0}" = 1 ]; then
+  : "${SIMBA_VALGRIND_LOGS:?set SIMBA_VALGRIND_LOGS to a directory the postgres user can write}"
+  cat >"$dir/postgres-valgrind" <<WRAP
+#!/bin/sh
+exec valgrind --quiet --error-exitcode=0 --leak-check=no --track-origins=yes --num-callers=30 \\
+  --suppressions=$(cd "$(dirname "$0")" && pwd)/valgrind/postgres.supp \\
+  --log-file=$SIMBA_VALGRIND_LOGS/valgrind.%p.log "$bin/postgres" "\$@"
+WRAP
+  chmod 755 "$dir/postgres-valgrind"
+  start_opts=(-t 300 -p "$dir/postgres-valgrind")
+fi
+if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w "${start_opts[@]}" start >/dev/null; then
   cat "$dir/server.log" >&2
   exit 1
 fi

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make valgrind`: the pg_regress and isolation suites with every backend of
+# a throwaway cluster under valgrind memcheck. Fails if a suite fails or if
+# valgrind reports anything (after test/valgrind/postgres.supp, which holds
+# the stock server's own false positives, each explained). See README.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "${1:-}" != --suites ]; then
+  test/install-deps.sh
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  make -s -j2 SIMBA_CLI=no
+  $sudo make -s install SIMBA_CLI=no >/dev/null
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/simba-valgrind.XXXXXX")
+  chmod 777 "$logs"
+  SIMBA_VALGRIND=1 SIMBA_VALGRIND_LOGS=$logs test/with-cluster.sh "$0" --suites "$logs" && rc=0 || rc=$?
+  if [ $rc -eq 0 ]; then rm -rf "$logs"; else echo "valgrind: logs kept in $logs"; fi
+  exit $rc
+fi
+
+logs=$2
+failed=()
+make -s installcheck ISOLATION= || failed+=(regress)
+make -s installcheck REGRESS= || failed+=(isolation)
+for diffs in regression.diffs output_iso/regression.diffs; do
+  if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
+done
+# With --quiet, valgrind writes a process's log only when it finds something.
+reports=$(find "$logs" -name 'valgrind.*.log' -size +0 | sort)
+if [ -n "$reports" ]; then
+  failed+=(valgrind)
+  # the first report in full, then each process's first finding
+  echo "=== $(echo "$reports" | head -1)"; head -80 "$(echo "$reports" | head -1)"
+  for f in $reports; do echo "$f: $(grep -m1 -E '^==[0-9]+== [A-Z]' "$f")"; done
+fi
+echo "valgrind: $(find "$logs" -name 'valgrind.*.log' | wc -l) processes, $(echo -n "$reports" | grep -c . || true) with findings"
+[ ${#failed[@]} -eq 0 ] || { echo "valgrind: failed: ${failed[*]}"; exit 1; }
+echo "valgrind: clean"
