@@ -60,7 +60,7 @@ void Scheduler::State::run_worker() {
         auto cancelled = [&] { return quit || !leader || term != my_term; };
         auto next = SteadyClock::now() + config.initial_delay;
         while (!cancelled()) {
-            if (cv.wait_until(lock, next, cancelled)) break;  // lost leadership: next runs cancelled
+            if (simba::wait_until(cv, lock, next, cancelled)) break;  // lost leadership: next runs cancelled
             if (service && !service->is_owner()) {
                 // The lease deadline passed; on_released is on its way.
                 next += config.period;

@@ -52,7 +52,7 @@ public:
     }
     bool wait_owner(SteadyClock::time_point until) const override {
         std::unique_lock<std::mutex> lock(m_);
-        return cv_.wait_until(lock, until, [&] { return owned_ && SteadyClock::now() < deadline_; });
+        return simba::wait_until(cv_, lock, until, [&] { return owned_ && SteadyClock::now() < deadline_; });
     }
 
 protected:

@@ -2,7 +2,7 @@
 //
 // Times are server times (microseconds since the Unix epoch, read from the
 // server's clock_timestamp()). They are never compared with the client's wall
-// clock: each MutexOwner carries `anchor`, the client's steady-clock time at
+// clock: each MutexOwner carries `anchor`, the client's SteadyClock (boot clock) time at
 // which the request that produced it was SENT, paired with the server's
 // decision time `current_at`. A server time t maps onto the steady clock as
 // anchor + (t - current_at). Because the anchor is the send time, network
@@ -13,9 +13,10 @@
 #include <cstdint>
 #include <string>
 
+#include "simba/clock.hpp"
+
 namespace simba {
 
-using SteadyClock = std::chrono::steady_clock;
 /// A server timestamp: microseconds since the Unix epoch on the server's clock.
 using ServerTime = std::chrono::microseconds;
 

@@ -1,6 +1,7 @@
 // simba client: everything.
 #pragma once
 
+#include "simba/clock.hpp"
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
 #include "simba/contender_id.hpp"

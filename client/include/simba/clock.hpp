@@ -1,0 +1,49 @@
+// simba client: the clock every lease deadline is measured on.
+//
+// CLOCK_BOOTTIME, not std::chrono::steady_clock (CLOCK_MONOTONIC): both are
+// immune to wall-clock steps, but only CLOCK_BOOTTIME keeps counting while
+// the machine is suspended. A client whose laptop or VM slept through its
+// lease must find the deadline passed when it wakes, not still ahead
+// (docs/design.md, "Client", clocks).
+#pragma once
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+
+namespace simba {
+
+struct BootClock {
+    using duration = std::chrono::nanoseconds;
+    using rep = duration::rep;
+    using period = duration::period;
+    using time_point = std::chrono::time_point<BootClock>;
+    static constexpr bool is_steady = true;
+
+    static time_point now() noexcept {
+        timespec ts{};
+        ::clock_gettime(CLOCK_BOOTTIME, &ts);
+        return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+    }
+};
+
+/// The client's clock (named for what callers rely on: it never goes back).
+using SteadyClock = BootClock;
+
+/// cv.wait_until(lock, until, pred) for a SteadyClock deadline. The standard
+/// library maps another clock's deadline onto its own by adding (until - now),
+/// which overflows for time_point::max() (an unbounded wait) and then spins:
+/// wait in bounded slices instead. Returns pred().
+template <typename Lock, typename Pred>
+bool wait_until(std::condition_variable& cv, Lock& lock, SteadyClock::time_point until, Pred pred) {
+    while (!pred()) {
+        const auto now = SteadyClock::now();
+        if (now >= until) return pred();
+        cv.wait_for(lock, std::min<SteadyClock::duration>(until - now, std::chrono::hours(1)));
+    }
+    return true;
+}
+
+}  // namespace simba
