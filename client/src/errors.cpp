@@ -39,4 +39,10 @@ void validate_transition(std::chrono::microseconds transition) {
     if (transition.count() < 0) throw InvalidArgumentError("transition must not be negative", "22023");
 }
 
+void validate_margin(std::chrono::microseconds release_margin, int clock_drift_ppm) {
+    if (release_margin.count() < 0) throw InvalidArgumentError("release_margin must not be negative", "22023");
+    if (clock_drift_ppm < 0 || clock_drift_ppm > 100000)
+        throw InvalidArgumentError("clock_drift_ppm must be between 0 and 100000", "22023");
+}
+
 }  // namespace simba

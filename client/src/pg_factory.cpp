@@ -9,9 +9,10 @@
 //    and fires on_released at a lease deadline by itself, so a blocked
 //    statement on the I/O thread can never keep a stale owner alive.
 //
-// Lease deadline = steady time the granting request was SENT
-//                  + (transition_at - current_at) from its reply.
-// is_owner() compares the steady clock with that deadline on every call.
+// Ownership is decided by one state machine per service (lease.hpp):
+// deadline = boot-clock time the granting request was SENT
+//            + (transition_at - current_at) from its reply - margin.
+// is_owner() compares the clock with that deadline on every call.
 //
 // Locking: Core::io_m guards the I/O state (connections, timers, services):
 // the I/O thread holds it except while it sleeps in poll(), and a thread
@@ -44,6 +45,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lease.hpp"
 #include "metrics_cell.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
@@ -294,10 +296,8 @@ struct ServiceCore {
           id(contender->contender_id()),
           mutex(contender->mutex()),
           options(o),
-          period(id, o.jitter) {
-        reported.before = MutexOwner::none(mutex);
-        reported.after = reported.before;
-    }
+          period(id, o.jitter),
+          lease(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
 
     std::shared_ptr<MutexContender> contender;
     const std::string id;
@@ -308,14 +308,11 @@ struct ServiceCore {
     // Guarded by m.
     mutable std::mutex m;
     bool active = false;         // callbacks may be emitted
-    bool owned = false;          // reported owner (see deadline)
-    SteadyClock::time_point deadline{};
-    MutexOwner owned_owner;      // the tenure reported by on_acquired (renewed)
-    MutexState reported;         // last state reported / observed
+    simba::detail::Lease lease;  // ownership: the one place it is decided (lease.hpp)
     std::deque<std::function<void()>> pending;  // callbacks not yet run
     bool in_callback = false;    // one of them is running on the handle thread
     SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
-    std::condition_variable owner_cv;  // owned turned true, or stopped (wait_owner)
+    std::condition_variable owner_cv;  // a tenure began, or stopped (wait_owner)
     std::uint64_t stops = 0;           // io_stop()s so far
 
     // I/O thread only.
@@ -323,6 +320,7 @@ struct ServiceCore {
     std::uint64_t timer_gen = 0;
     bool io_active = false;
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
+    bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).
@@ -332,16 +330,11 @@ struct ServiceCore {
 
     bool is_owner_now() const {
         std::lock_guard<std::mutex> lock(m);
-        return owned && SteadyClock::now() < deadline;
+        return lease.owns(SteadyClock::now());
     }
 
-    SteadyClock::duration lease() const { return options.ttl + options.transition; }
-
-    /// The steady deadline up to which `o` proves our lease.
-    SteadyClock::time_point deadline_of(const MutexOwner& o) const {
-        auto margin = std::min<SteadyClock::duration>(options.release_margin, lease() / 10);
-        return o.transition_deadline() - margin;
-    }
+    /// ttl + transition: the lease one grant gives.
+    SteadyClock::duration duration() const { return options.ttl + options.transition; }
 };
 
 using ServicePtr = std::shared_ptr<ServiceCore>;
@@ -451,18 +444,13 @@ struct ContendServiceFactory::Core final : detail::Io {
         {
             std::lock_guard<std::mutex> lock(s->m);
             if (s->expiry_at == at) s->expiry_at = {};  // else a check for an earlier deadline is queued too
-            if (!s->owned) return;
-            if (SteadyClock::now() < s->deadline) {  // renewed meanwhile
-                schedule_expiry(s, s->deadline);
+            if (!s->lease.holding()) return;
+            auto change = s->lease.expire(SteadyClock::now());
+            if (!change.released) {  // renewed meanwhile
+                schedule_expiry(s, s->lease.deadline());
                 return;
             }
-            MutexState st{s->owned_owner, MutexOwner::none(s->mutex)};
-            s->owned = false;
-            s->reported = st;
-            simba::detail::MetricsCell::inc(s->metrics->lost);
-            s->wait_since = SteadyClock::now();
-            auto c = s->contender;
-            emit(s, [c, st] { c->on_released(st); });
+            report(s, change);
         }
         // Run it now, not behind callbacks queued meanwhile (we are on
         // the handle thread; the queued drain then finds nothing).
@@ -483,68 +471,48 @@ struct ContendServiceFactory::Core final : detail::Io {
     bool apply_locked(const ServicePtr& svc, const MutexOwner& after) {
         const MutexOwner prev = std::move(svc->last);
         svc->last = after;
+        svc->unknown = false;
         std::lock_guard<std::mutex> lock(svc->m);
-        auto now = SteadyClock::now();
+        const auto change = svc->lease.reply(after, SteadyClock::now());
+        report(svc, change, true, &prev);
+        return !change.too_late;
+    }
+
+    /// Turns a Lease step into callbacks and metrics (caller holds svc->m).
+    /// `lost`: a release the contender did not ask for; `prev`: the owner
+    /// seen before a reply (the previous holder, for the handoff latency).
+    void report(const ServicePtr& svc, const simba::detail::Lease::Change& change, bool lost = true,
+                const MutexOwner* prev = nullptr) {
+        using simba::detail::MetricsCell;
         auto c = svc->contender;
         auto& mc = *svc->metrics;
-        if (after.is_owner(svc->id)) {
-            auto deadline = svc->deadline_of(after);
-            if (svc->owned && svc->owned_owner.fence == after.fence && svc->owned_owner.owner_id == after.owner_id) {
-                // Renewal: extend silently.
-                simba::detail::MetricsCell::inc(mc.renewals);
-                svc->deadline = deadline;
-                svc->owned_owner = after;
-                svc->reported.before = svc->reported.after;
-                svc->reported.after = after;
-                schedule_expiry(svc, deadline);
-                return true;
-            }
-            if (svc->owned) {  // a new tenure of the same id: the old one ended
-                MutexState st{svc->owned_owner, after};
-                svc->owned = false;
-                simba::detail::MetricsCell::inc(mc.lost);
-                svc->wait_since = std::min(now, svc->deadline);
-                emit(svc, [c, st] { c->on_released(st); });
-            }
-            if (deadline <= now) return false;  // granted, but the reply came too late to prove the lease
-            // Metrics of a new tenure: acquire latency from the start of
-            // waiting; handoff from the release NOTIFY we acted on, else from
-            // the previous holder's lease end (server clock).
-            simba::detail::MetricsCell::inc(mc.acquired);
+        const auto now = SteadyClock::now();
+        if (change.renewed) MetricsCell::inc(mc.renewals);
+        if (change.busy) {
+            MetricsCell::inc(mc.busy);
+            svc->notified_at = {};  // that release went to someone else: no handoff of ours
+        }
+        if (change.released) {
+            if (lost) MetricsCell::inc(mc.lost);
+            svc->wait_since = change.lost_at;
+            emit(svc, [c, st = *change.released] { c->on_released(st); });
+        }
+        if (change.acquired) {
+            // Acquire latency from the start of waiting; handoff from the
+            // release NOTIFY we acted on, else from the previous holder's
+            // lease end (server clock).
+            const auto& after = change.acquired->after;
+            MetricsCell::inc(mc.acquired);
             mc.acquire_latency.observe(duration_cast<microseconds>(now - svc->wait_since));
             if (svc->notified_at != SteadyClock::time_point{})
                 mc.handoff_latency.observe(duration_cast<microseconds>(now - svc->notified_at));
-            else if (prev.has_owner() && prev.owner_id != svc->id && after.acquired_at >= prev.transition_at)
-                mc.handoff_latency.observe(after.acquired_at - prev.transition_at);
+            else if (prev && prev->has_owner() && prev->owner_id != svc->id && after.acquired_at >= prev->transition_at)
+                mc.handoff_latency.observe(after.acquired_at - prev->transition_at);
             svc->notified_at = {};
-            MutexState st{svc->reported.after, after};
-            if (svc->reported.after.is_owner(svc->id) && svc->reported.after.fence == after.fence)
-                st.before = MutexOwner::none(svc->mutex, svc->reported.after.anchor);
-            svc->owned = true;
-            svc->deadline = deadline;
-            svc->owned_owner = after;
-            svc->reported = st;
-            emit(svc, [c, st] { c->on_acquired(st); });
-            schedule_expiry(svc, deadline);
+            emit(svc, [c, st = *change.acquired] { c->on_acquired(st); });
+            schedule_expiry(svc, svc->lease.deadline());
             svc->owner_cv.notify_all();
-            return true;
         }
-        if (svc->owned) {
-            MutexState st{svc->owned_owner, after};
-            svc->owned = false;
-            svc->reported = st;
-            simba::detail::MetricsCell::inc(mc.lost);
-            svc->wait_since = now;
-            emit(svc, [c, st] { c->on_released(st); });
-            return true;
-        }
-        if (after.has_owner()) {
-            simba::detail::MetricsCell::inc(mc.busy);
-            svc->notified_at = {};  // that release went to someone else: no handoff of ours
-        }
-        svc->reported.before = svc->reported.after;
-        svc->reported.after = after;
-        return true;
     }
 
     // ------------------------------------------- detail::Io (the semaphore)
@@ -567,7 +535,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     bool wait_connected(SteadyClock::time_point until) override {
         std::unique_lock<std::mutex> lock(state_m);
-        return state_cv.wait_until(lock, until, [&] { return up_flag; });
+        return simba::wait_until(state_cv, lock, until, [&] { return up_flag; });
     }
 
     bool run_at(SteadyClock::time_point at, std::function<void()> fn) override {
@@ -589,7 +557,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     bool wait_notification(const std::string& name, std::uint64_t seen,
                            SteadyClock::time_point until) override {
         std::unique_lock<std::mutex> lock(notify_m);
-        return notify_cv.wait_until(lock, until, [&] { return notify_counts[name] != seen; });
+        return simba::wait_until(notify_cv, lock, until, [&] { return notify_counts[name] != seen; });
     }
 
     /// A library error for a failed statement, with the server's SQLSTATE.
@@ -658,9 +626,11 @@ struct ContendServiceFactory::Core final : detail::Io {
         {
             std::lock_guard<std::mutex> lock(svc->m);
             svc->active = true;
+            svc->lease.start();
             svc->wait_since = SteadyClock::now();
         }
         svc->notified_at = {};
+        svc->unknown = false;
         svc->io_active = true;
         svc->last = MutexOwner::none(svc->mutex);
         services.insert(svc);
@@ -688,7 +658,9 @@ struct ContendServiceFactory::Core final : detail::Io {
             it->second.erase(svc);
             if (it->second.empty()) by_mutex.erase(it);
         }
-        bool might_own = svc->last.is_owner(svc->id) || svc->is_owner_now();
+        // Released by id whenever it may hold the lease, including when a
+        // grant's reply was lost: contenders then need not wait a lease out.
+        bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
         if (might_own && up) {
             try {
                 pqxx::nontransaction tx(*stmt);
@@ -708,18 +680,13 @@ struct ContendServiceFactory::Core final : detail::Io {
         }
         {
             std::lock_guard<std::mutex> lock(svc->m);
-            if (svc->owned) {
-                MutexState st{svc->owned_owner, MutexOwner::none(svc->mutex)};
-                svc->owned = false;
-                svc->reported = st;
-                auto c = svc->contender;
-                emit(svc, [c, st] { c->on_released(st); });
-            }
+            report(svc, svc->lease.stop(SteadyClock::now()), false);
             svc->active = false;
             ++svc->stops;
             svc->owner_cv.notify_all();  // wait_owner() returns: stopped
         }
         svc->last = MutexOwner::none(svc->mutex);
+        svc->unknown = false;
         update_statement_timeout();
     }
 
@@ -761,8 +728,10 @@ struct ContendServiceFactory::Core final : detail::Io {
                                       : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition);
             finish_attempt(svc, row, anchor);
         } catch (const std::exception& e) {
-            if (statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id))
+            if (statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
+                svc->unknown = true;  // it may have committed
                 return;  // all services are rescheduled on reconnect
+            }
             retry_later(svc, renewing);
         }
     }
@@ -800,7 +769,11 @@ struct ContendServiceFactory::Core final : detail::Io {
                 finish_attempt(batch[i], row, anchor);
             }
         } catch (const std::exception& e) {
-            if (statement_failed(e, "batch of " + std::to_string(batch.size()) + " acquires")) return;
+            if (statement_failed(e, "batch of " + std::to_string(batch.size()) + " acquires")) {
+                for (std::size_t i = 0; i < batch.size(); ++i)
+                    if (!done[i]) batch[i]->unknown = true;  // they may have committed
+                return;
+            }
             log(LogLevel::warning, "sending the batch's attempts one at a time");
         }
         for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -926,7 +899,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     void update_statement_timeout() {
         auto t = options.statement_timeout;
-        for (auto& s : services) t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(s->lease() / 2)));
+        for (auto& s : services) t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(s->duration() / 2)));
         stmt_timeout_ms.store(t.count());
         if (up && !options.pooled) {
             try {
@@ -994,9 +967,9 @@ struct ContendServiceFactory::Core final : detail::Io {
             auto it = by_mutex.find(name);
             if (it == by_mutex.end()) continue;
             for (auto& s : it->second) {
-                // Waiters attempt at once; the owner ignores it.
-                if (s->last.is_owner(s->id)) continue;
-                s->notified_at = now;
+                // Waiters attempt at once. The owner re-checks too: the
+                // NOTIFY may be an admin's simba_force_release of its tenure.
+                if (!s->last.is_owner(s->id)) s->notified_at = now;
                 schedule(s, now);
             }
         }
@@ -1193,7 +1166,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             auto s = w.lock();
             if (!s) continue;
             std::lock_guard<std::mutex> slock(s->m);
-            if (!s->owned || SteadyClock::now() >= s->deadline) continue;
+            if (!s->lease.owns(SteadyClock::now())) continue;
             // out.mutexes is sorted by (mutex, contender): the map's order.
             auto it = std::lower_bound(out.mutexes.begin(), out.mutexes.end(), std::tie(s->mutex, s->id),
                                        [](const MutexMetrics& m, const std::tuple<const std::string&, const std::string&>& k) {
@@ -1201,7 +1174,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                                        });
             if (it != out.mutexes.end() && it->mutex == s->mutex && it->contender == s->id) {
                 it->is_owner = true;
-                it->fence = s->owned_owner.fence;
+                it->fence = s->lease.tenure().fence;
             }
         }
         return out;
@@ -1238,12 +1211,12 @@ public:
 
     std::int64_t fence() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->owned && SteadyClock::now() < svc_->deadline ? svc_->owned_owner.fence : 0;
+        return svc_->lease.fence(SteadyClock::now());
     }
 
     MutexState state() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->reported;
+        return svc_->lease.reported();
     }
 
 protected:
@@ -1263,13 +1236,15 @@ protected:
     }
 
     bool wait_owner(SteadyClock::time_point until) const override {
-        if (status() == Status::INITIAL) return false;  // not started, or stopped
         std::unique_lock<std::mutex> lock(svc_->m);
+        // Status read under m: stop() leaves RUNNING before it counts itself
+        // under m, so a stop cannot slip between this check and the wait.
+        const auto st = status();
+        if (st == Status::INITIAL || st == Status::STOPPING) return svc_->lease.owns(SteadyClock::now());
         const auto stops = svc_->stops;
-        svc_->owner_cv.wait_until(lock, until, [&] {
-            return svc_->stops != stops || (svc_->owned && SteadyClock::now() < svc_->deadline);
-        });
-        return svc_->owned && SteadyClock::now() < svc_->deadline;
+        simba::wait_until(svc_->owner_cv, lock, until,
+                          [&] { return svc_->stops != stops || svc_->lease.owns(SteadyClock::now()); });
+        return svc_->lease.owns(SteadyClock::now());
     }
 
     void stop_contend() override {
@@ -1283,7 +1258,7 @@ protected:
                 core_->wake_if_needed();  // e.g. the connection was lost
             } else {
                 std::lock_guard<std::mutex> lock(svc_->m);
-                svc_->owned = false;
+                (void)svc_->lease.stop(SteadyClock::now());  // no callbacks: the handle thread is gone
                 svc_->active = false;
                 ++svc_->stops;
                 svc_->owner_cv.notify_all();

@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 
+#include "lease.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
@@ -28,6 +29,7 @@ struct Permit::State {
     int slot = 0;
     std::int64_t fence = 0;
     microseconds ttl{0};
+    SteadyClock::duration margin{0};  // lease_margin(): given up this much before the proven end
 
     std::mutex m;
     SteadyClock::time_point deadline{};
@@ -92,11 +94,12 @@ struct Permit::State {
                     lose(st, "the server says it expired or was taken over");
                     return;
                 }
+                const auto deadline = sent + st->ttl - st->margin;
                 {
                     std::lock_guard<std::mutex> lock(st->m);
-                    st->deadline = sent + st->ttl;
+                    st->deadline = deadline;
                 }
-                watch(st, sent + st->ttl);
+                watch(st, deadline);
                 schedule_refresh(st, sent + st->ttl / 3);
             },
             [weak](std::exception_ptr) {
@@ -193,6 +196,7 @@ void Permit::on_lost(std::function<void()> callback) {
 Semaphore::Semaphore(pg::ContendServiceFactory& factory, std::string holder, SemaphoreOptions options)
     : io_(pg::detail::io_of(factory)), holder_(std::move(holder)), options_(options) {
     validate_name(holder_, "holder");
+    validate_margin(options_.release_margin, options_.clock_drift_ppm);
 }
 
 std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits, milliseconds ttl,
@@ -203,6 +207,7 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
     st->io = io_;
     st->key = key;
     st->ttl = ttl;
+    st->margin = detail::lease_margin(ttl, options_.release_margin, options_.clock_drift_ppm);
     const auto sent = SteadyClock::now();
     const std::string& holder = holder_;
     bool granted = call<bool>(*io_, [&](pqxx::connection& c) {
@@ -219,8 +224,9 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
     });
     if (!granted) return std::nullopt;
     // The server's expiry is its clock at the grant + ttl, and its clock read
-    // the request after we sent it: sent + ttl never outlives the permit.
-    st->deadline = sent + st->ttl;
+    // the request after we sent it: sent + ttl never outlives the permit
+    // (less the margin, for a server clock that runs fast).
+    st->deadline = sent + st->ttl - st->margin;
     Permit::State::watch(st, st->deadline);
     Permit::State::schedule_refresh(st, sent + st->ttl / 3);
     return Permit(std::move(st));

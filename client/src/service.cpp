@@ -17,6 +17,7 @@ const char* to_string(Status status) noexcept {
 void ContendOptions::validate() const {
     validate_ttl(ttl);
     validate_transition(transition);
+    validate_margin(release_margin, clock_drift_ppm);
 }
 
 MutexContendService::MutexContendService(std::shared_ptr<MutexContender> contender)

@@ -181,6 +181,34 @@ TEST(Handoff, StopFromInsideACallbackDoesNotDeadlock) {
     EXPECT_EQ(owner_of(*db, m), "");
 }
 
+TEST(Handoff, AnOwnerHearsItsForcedReleaseAtOnce) {
+    // An admin's simba_force_release NOTIFYs: the owner re-checks at once
+    // instead of believing in its lease until the deadline (15 s here).
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("forced"));
+    const auto m = unique_name("forced");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(10000ms, 5000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    const auto fence_a = sa->fence();
+    const auto t0 = SteadyClock::now();
+    {
+        pqxx::nontransaction tx(*db);
+        ASSERT_TRUE(tx.exec_params1("SELECT simba_force_release($1)", m)[0].as<bool>());
+    }
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() >= 2; }, 10s));
+    const auto ev = a->events()[1];
+    EXPECT_FALSE(ev.acquired);
+    EXPECT_LT(duration_cast<milliseconds>(ev.at - t0).count(), 3000) << "on_released long before the 15 s lease ran out";
+    // The mutex is free: A's next attempt takes it again, with a new fence.
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
+    EXPECT_TRUE(a->events()[2].acquired);
+    EXPECT_GT(sa->fence(), fence_a);
+    sa->stop();
+}
+
 // ------------------------------------------------------------ concurrency
 
 TEST(Concurrency, StartStopFromManyThreadsOnARealService) {
@@ -656,6 +684,17 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
     bad.ttl = 1000ms;
     bad.transition = -1ms;
     EXPECT_THROW((void)factory.create(c, bad), simba::InvalidArgumentError);
+    bad.transition = 0ms;
+    bad.release_margin = -1ms;  // a negative margin would outlive the lease
+    EXPECT_THROW((void)factory.create(c, bad), simba::InvalidArgumentError);
+    bad.release_margin = 0ms;
+    bad.clock_drift_ppm = -1;
+    EXPECT_THROW((void)factory.create(c, bad), simba::InvalidArgumentError);
+    bad.clock_drift_ppm = 100001;
+    EXPECT_THROW((void)factory.create(c, bad), simba::InvalidArgumentError);
+    simba::SemaphoreOptions bad_sem;
+    bad_sem.release_margin = -1ms;
+    EXPECT_THROW(simba::Semaphore(factory, "me", bad_sem), simba::InvalidArgumentError);
     EXPECT_THROW(simba::Locker(factory, "", "me"), simba::InvalidArgumentError);
     EXPECT_FALSE(factory.connected());
 }

@@ -91,6 +91,7 @@ void validate_mutex(const std::string& mutex);
 void validate_contender_id(const std::string& contender_id);
 void validate_ttl(std::chrono::microseconds ttl);
 void validate_transition(std::chrono::microseconds transition);
+void validate_margin(std::chrono::microseconds release_margin, int clock_drift_ppm);
 
 /// Checks a name the server limits the same way (mutex, contender_id, key,
 /// holder): not empty, at most max_name_length characters.

@@ -10,7 +10,8 @@
 // its ttl. If refreshing fails (the server says it expired or was taken
 // over, or the connection stays down until the lease ends), lost() turns
 // true and on_lost runs on the factory's handle thread, no later than the
-// lease deadline (send time of the last successful grant/refresh + ttl).
+// lease deadline (send time of the last successful grant/refresh + ttl,
+// less SemaphoreOptions' margin).
 #pragma once
 
 #include <chrono>
@@ -68,6 +69,13 @@ struct SemaphoreOptions {
     /// How long try_acquire() waits for the factory to (re)connect before it
     /// throws ConnectionError (a new factory connects in the background).
     std::chrono::milliseconds connect_wait{5000};
+    /// A permit is given up (lost() turns true) this much before its proven
+    /// lease end, as ContendOptions::release_margin and clock_drift_ppm: a
+    /// fixed part capped at a tenth of the ttl, plus ppm of the ttl. The
+    /// Semaphore constructor throws InvalidArgumentError (22023) for a
+    /// negative margin or a ppm outside 0..100000.
+    std::chrono::microseconds release_margin = std::chrono::milliseconds(20);
+    int clock_drift_ppm = 500;
 };
 
 class Semaphore {

@@ -29,11 +29,16 @@ struct ContendOptions {
     /// Contenders' jitter around transition_at.
     Jitter jitter{};
     /// The owner gives up (is_owner() turns false, on_released fires) this
-    /// much before its lease deadline when renewals fail: room for clock
-    /// drift and for the callback to reach the application. Capped at a
-    /// tenth of ttl + transition.
+    /// much before its lease deadline when renewals fail: room for the
+    /// callback to reach the application. Capped at a tenth of ttl +
+    /// transition.
     std::chrono::microseconds release_margin = std::chrono::milliseconds(20);
-    /// Throws InvalidArgumentError unless ttl > 0 and transition >= 0.
+    /// Plus this many parts per million of ttl + transition: a bound on how
+    /// much faster the server's clock may run than this machine's (the
+    /// margin grows with the lease; 500 ppm = 150 ms of a 5-minute lease).
+    int clock_drift_ppm = 500;
+    /// Throws InvalidArgumentError (22023) unless ttl > 0, transition >= 0,
+    /// release_margin >= 0 and clock_drift_ppm is in 0..100000.
     void validate() const;
 };
 

@@ -1,0 +1,81 @@
+#include "lease.hpp"
+
+#include <algorithm>
+
+namespace simba::detail {
+
+SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm) {
+    return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
+}
+
+Lease::Lease(std::string mutex, std::string id, SteadyClock::duration margin)
+    : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin) {
+    reported_.before = MutexOwner::none(mutex_, SteadyClock::time_point{});
+    reported_.after = reported_.before;
+}
+
+void Lease::start() { running_ = true; }
+
+void Lease::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
+    MutexState st{tenure_, std::move(after)};
+    holding_ = false;
+    reported_ = st;
+    c.released = std::move(st);
+    c.lost_at = lost_at;
+}
+
+Lease::Change Lease::expire(SteadyClock::time_point now) {
+    Change c;
+    if (holding_ && now >= deadline_) end_tenure(c, MutexOwner::none(mutex_, now), deadline_);
+    return c;
+}
+
+Lease::Change Lease::stop(SteadyClock::time_point now) {
+    Change c;
+    running_ = false;
+    if (holding_) end_tenure(c, MutexOwner::none(mutex_, now), std::min(now, deadline_));
+    return c;
+}
+
+Lease::Change Lease::reply(const MutexOwner& after, SteadyClock::time_point now) {
+    Change c = expire(now);  // never bridge a gap with a late reply
+    if (!running_) return c;
+    if (!after.is_owner(id_)) {
+        if (holding_) {  // the server says our live tenure is gone (forced release)
+            end_tenure(c, after, now);
+            return c;
+        }
+        c.busy = after.has_owner();
+        reported_.before = reported_.after;
+        reported_.after = after;
+        return c;
+    }
+    const auto deadline = after.transition_deadline() - margin_;
+    if (holding_ && tenure_.fence == after.fence) {
+        // Renewal. A reply never shortens a lease an earlier one proved.
+        deadline_ = std::max(deadline_, deadline);
+        tenure_ = after;
+        reported_.before = reported_.after;
+        reported_.after = after;
+        c.renewed = true;
+        return c;
+    }
+    if (holding_) end_tenure(c, after, now);  // the same id took a new tenure: the old one ended
+    if (deadline <= now) {
+        c.too_late = true;
+        return c;
+    }
+    MutexState st{reported_.after, after};
+    // The same tenure proven again after a gap is still a change of hands for
+    // the application (on_released came first).
+    if (st.before.is_owner(id_) && st.before.fence == after.fence)
+        st.before = MutexOwner::none(mutex_, st.before.anchor);
+    holding_ = true;
+    deadline_ = deadline;
+    tenure_ = after;
+    reported_ = st;
+    c.acquired = std::move(st);
+    return c;
+}
+
+}  // namespace simba::detail

@@ -1,0 +1,74 @@
+// simba client: the ownership state machine of one contender (docs/design.md,
+// "Client", ownership). Pure and deterministic: every call takes `now`, so
+// unit tests drive it with a fake clock; the factory calls it under the
+// service's mutex with SteadyClock::now().
+//
+// The one rule: the contender owns the mutex only while now < deadline, where
+// deadline = send time of the request that proved the lease
+//          + (transition_at - current_at) from its reply - margin.
+// A reply that arrives after the deadline first ends the old tenure (expire),
+// then may start a new one if it still proves time left: ownership never
+// bridges a gap the client could not prove.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "simba/owner.hpp"
+
+namespace simba::detail {
+
+/// How much before the proven lease end an owner gives up: a fixed part
+/// (capped at a tenth of the lease) plus a clock-rate bound of `ppm` parts
+/// per million of the lease, so a long lease is as safe as a short one.
+SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm);
+
+class Lease {
+public:
+    /// What a step changed; the caller turns it into callbacks and metrics.
+    struct Change {
+        std::optional<MutexState> released;  ///< on_released to report
+        std::optional<MutexState> acquired;  ///< on_acquired to report (after released, if both)
+        bool renewed = false;                ///< the current tenure was extended
+        bool too_late = false;               ///< a grant whose proof had already run out on arrival
+        bool busy = false;                   ///< another contender holds it
+        SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
+    };
+
+    Lease(std::string mutex, std::string id, SteadyClock::duration margin);
+
+    /// Contention begins: replies count from now on.
+    void start();
+    /// The server's answer to an attempt sent at after.anchor, received at `now`.
+    Change reply(const MutexOwner& after, SteadyClock::time_point now);
+    /// The lease watchdog: ends the tenure if `now` is past its deadline.
+    Change expire(SteadyClock::time_point now);
+    /// Contention ends: a held tenure is released; later replies are ignored.
+    Change stop(SteadyClock::time_point now);
+
+    [[nodiscard]] bool owns(SteadyClock::time_point now) const { return holding_ && now < deadline_; }
+    [[nodiscard]] std::int64_t fence(SteadyClock::time_point now) const { return owns(now) ? tenure_.fence : 0; }
+    /// A tenure is held and not yet expired by expire() (its deadline may
+    /// have passed: owns() says whether it still proves anything).
+    [[nodiscard]] bool holding() const { return holding_; }
+    [[nodiscard]] SteadyClock::time_point deadline() const { return deadline_; }
+    [[nodiscard]] const MutexOwner& tenure() const { return tenure_; }
+    /// The last step reported or observed (MutexContendService::state()).
+    [[nodiscard]] const MutexState& reported() const { return reported_; }
+    [[nodiscard]] bool running() const { return running_; }
+
+private:
+    /// Ends the held tenure: `after` is what replaced it.
+    void end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at);
+
+    std::string mutex_;
+    std::string id_;
+    SteadyClock::duration margin_;
+    bool running_ = false;
+    bool holding_ = false;
+    SteadyClock::time_point deadline_{};
+    MutexOwner tenure_;
+    MutexState reported_;
+};
+
+}  // namespace simba::detail

@@ -1,0 +1,293 @@
+// The ownership state machine (src/lease.hpp) driven by a fake clock: every
+// ordering of replies the I/O loop can produce, then thousands of random
+// sequences checked against the rule "owner only before send time + lease -
+// margin of a reply that proved it".
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "lease.hpp"
+
+using namespace simba;
+using simba::detail::Lease;
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+namespace {
+
+const auto kMargin = 20ms;
+
+/// A fake clock reading: `ms` milliseconds after an arbitrary origin.
+SteadyClock::time_point at(std::int64_t ms) { return SteadyClock::time_point(milliseconds(ms)); }
+
+/// A reply of the server, which runs on a clock of its own (`server_ms`
+/// apart from ours, to show the two are never compared): `id` holds with
+/// `fence` for `lease_ms` more from the decision; `sent_ms` is the anchor.
+MutexOwner reply(const std::string& id, std::int64_t fence, std::int64_t sent_ms, std::int64_t lease_ms = 1000,
+                 std::int64_t server_ms = 1'700'000'000'000) {
+    MutexOwner o;
+    o.mutex = "m";
+    o.owner_id = id;
+    o.fence = id.empty() ? 0 : fence;
+    o.current_at = milliseconds(server_ms);
+    o.acquired_at = o.current_at;
+    o.ttl_at = o.current_at + milliseconds(lease_ms / 2);
+    o.transition_at = o.current_at + milliseconds(lease_ms);
+    o.anchor = at(sent_ms);
+    return o;
+}
+MutexOwner free_reply(std::int64_t sent_ms) { return reply("", 0, sent_ms); }
+
+Lease started() {
+    Lease l("m", "me", kMargin);
+    l.start();
+    return l;
+}
+
+}  // namespace
+
+TEST(Lease, GrantProvesOwnershipUntilSendTimePlusLeaseMinusMargin) {
+    auto l = started();
+    auto c = l.reply(reply("me", 7, 0), at(30));  // sent at 0, answered at 30
+    ASSERT_TRUE(c.acquired);
+    EXPECT_FALSE(c.released);
+    EXPECT_TRUE(c.acquired->acquired("me"));
+    EXPECT_EQ(l.deadline(), at(980));  // from the send time, not the receive time
+    EXPECT_TRUE(l.owns(at(979)));
+    EXPECT_FALSE(l.owns(at(980)));
+    EXPECT_EQ(l.fence(at(500)), 7);
+    EXPECT_EQ(l.fence(at(980)), 0);
+}
+
+TEST(Lease, AGrantArrivingAfterItsProofRanOutIsNotOwnership) {
+    auto l = started();
+    auto c = l.reply(reply("me", 7, 0), at(990));
+    EXPECT_TRUE(c.too_late);
+    EXPECT_FALSE(c.acquired);
+    EXPECT_FALSE(l.owns(at(990)));
+    EXPECT_FALSE(l.holding());
+}
+
+TEST(Lease, RenewalExtendsSilently) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.reply(reply("me", 7, 600), at(610));
+    EXPECT_TRUE(c.renewed);
+    EXPECT_FALSE(c.acquired);
+    EXPECT_FALSE(c.released);
+    EXPECT_EQ(l.deadline(), at(1580));
+    EXPECT_FALSE(l.reported().changed());
+}
+
+TEST(Lease, RenewalLandingAfterTheDeadlineReleasesFirstThenReacquires) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));  // deadline 980
+    // Sent at 900, answered at 1000: the gap 980..1000 was not proven.
+    auto c = l.reply(reply("me", 7, 900), at(1000));
+    ASSERT_TRUE(c.released);
+    ASSERT_TRUE(c.acquired);
+    EXPECT_EQ(c.lost_at, at(980));
+    EXPECT_TRUE(c.acquired->changed());  // the application hears a new tenure, same fence
+    EXPECT_EQ(c.acquired->after.fence, 7);
+    EXPECT_TRUE(l.owns(at(1000)));
+    EXPECT_EQ(l.deadline(), at(1880));
+}
+
+TEST(Lease, AStaleReplyNeverShortensTheLease) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0, 5000), at(10));  // deadline 4980
+    auto c = l.reply(reply("me", 7, 100, 1000), at(110));  // proves only until 1080
+    EXPECT_TRUE(c.renewed);
+    EXPECT_EQ(l.deadline(), at(4980));
+}
+
+TEST(Lease, TheSameIdWithANewFenceIsANewTenure) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.reply(reply("me", 9, 500), at(510));
+    ASSERT_TRUE(c.released);
+    ASSERT_TRUE(c.acquired);
+    EXPECT_EQ(c.released->before.fence, 7);
+    EXPECT_EQ(c.acquired->after.fence, 9);
+    EXPECT_EQ(l.fence(at(600)), 9);
+}
+
+TEST(Lease, AReplyAfterStopIsIgnored) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.stop(at(100));
+    ASSERT_TRUE(c.released);
+    EXPECT_EQ(c.lost_at, at(100));
+    EXPECT_FALSE(l.owns(at(100)));
+    // The renewal sent before stop() answers after it (release racing renewal).
+    c = l.reply(reply("me", 7, 90), at(120));
+    EXPECT_FALSE(c.acquired);
+    EXPECT_FALSE(c.released);
+    EXPECT_FALSE(c.renewed);
+    EXPECT_FALSE(l.owns(at(120)));
+}
+
+TEST(Lease, StopWithoutATenureReportsNothing) {
+    auto l = started();
+    (void)l.reply(reply("other", 3, 0), at(10));
+    EXPECT_FALSE(l.stop(at(20)).released);
+}
+
+TEST(Lease, TheWatchdogReleasesOnceAtTheDeadline) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    EXPECT_FALSE(l.expire(at(979)).released);
+    auto c = l.expire(at(985));
+    ASSERT_TRUE(c.released);
+    EXPECT_EQ(c.lost_at, at(980));
+    EXPECT_FALSE(l.expire(at(990)).released);
+    EXPECT_FALSE(l.stop(at(995)).released);  // already reported
+}
+
+TEST(Lease, AForcedReleaseSeenInAReplyEndsTheTenureAtOnce) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.reply(free_reply(300), at(310));  // an admin ran simba_force_release
+    ASSERT_TRUE(c.released);
+    EXPECT_EQ(c.lost_at, at(310));
+    EXPECT_FALSE(l.owns(at(310)));
+}
+
+TEST(Lease, AnotherOwnerIsBusyAndNoChangeForUs) {
+    auto l = started();
+    auto c = l.reply(reply("other", 3, 0), at(10));
+    EXPECT_TRUE(c.busy);
+    EXPECT_FALSE(c.acquired);
+    EXPECT_EQ(l.reported().after.owner_id, "other");
+}
+
+TEST(Lease, AReconnectMidRenewalKeepsOnlyWhatWasProven) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));  // deadline 980
+    // The renewal sent at 500 never answers (connection lost); still owner
+    // until 980 and not a moment longer.
+    EXPECT_TRUE(l.owns(at(979)));
+    EXPECT_TRUE(l.expire(at(981)).released);
+    // After the reconnect, the attempt sent at 1200 finds the tenure alive.
+    auto c = l.reply(reply("me", 7, 1200), at(1250));
+    ASSERT_TRUE(c.acquired);
+    EXPECT_TRUE(l.owns(at(1250)));
+}
+
+TEST(Lease, MarginHasAFixedPartAndAClockRatePart) {
+    using simba::detail::lease_margin;
+    EXPECT_EQ(lease_margin(10s, 20ms, 500), 25ms);
+    EXPECT_EQ(lease_margin(300s, 20ms, 500), 170ms);  // a 5-minute lease: 150 ms of drift room
+    EXPECT_EQ(lease_margin(100ms, 20ms, 0), 10ms);   // the fixed part is capped at a tenth
+    EXPECT_EQ(lease_margin(100ms, 0ms, 0), 0ms);
+    EXPECT_EQ(lease_margin(std::chrono::hours(24 * 365 * 100), 0ms, 100000),
+              std::chrono::hours(24 * 365 * 10));  // no overflow for long leases
+}
+
+// ---------------------------------------------------------------- random
+
+namespace {
+
+/// What the rule says, written as a fold over the replies seen since start:
+/// a tenure lives while replies for it keep arriving before the proof of the
+/// previous one ran out.
+struct Model {
+    bool running = false, hold = false;
+    std::int64_t fence = 0;
+    SteadyClock::time_point end{};
+    void on_reply(const MutexOwner& r, SteadyClock::time_point now) {
+        if (!running) return;
+        if (hold && now >= end) hold = false;
+        if (!r.is_owner("me")) {
+            hold = false;
+            return;
+        }
+        const auto e = r.transition_deadline() - kMargin;
+        if (hold && r.fence == fence) {
+            if (e > end) end = e;
+        } else if (e > now) {
+            hold = true, fence = r.fence, end = e;
+        } else {
+            hold = false;
+        }
+    }
+    bool owns(SteadyClock::time_point now) const { return running && hold && now < end; }
+};
+
+}  // namespace
+
+TEST(Lease, RandomSequencesKeepTheRule) {
+    const int runs = 5000, steps = 60;
+    std::mt19937_64 rng(20261123);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
+    std::int64_t callbacks = 0, acquisitions = 0;
+    for (int run = 0; run < runs; ++run) {
+        Lease l("m", "me", kMargin);
+        Model model;
+        std::int64_t now_ms = 0, server_fence = 0, our_fence = 0, last_fence = 0;
+        std::deque<std::int64_t> in_flight;  // send times; one connection answers in order
+        std::vector<MutexOwner> proofs;      // every reply that said "me"
+        enum { none, acquired, released } last_cb = released;
+        bool was_owner = false;
+        for (int step = 0; step < steps; ++step) {
+            now_ms += pick(4) == 0 ? pick(1500) : pick(200);
+            const auto now = at(now_ms);
+            Lease::Change c;
+            switch (pick(9)) {
+                case 0: l.start(), model.running = true; break;
+                case 1: c = l.stop(now), model.running = false, model.hold = false; break;
+                case 2: c = l.expire(now); break;
+                case 3: case 4: in_flight.push_back(now_ms); break;
+                default: {
+                    if (in_flight.empty()) break;
+                    const auto sent = in_flight.front();
+                    in_flight.pop_front();
+                    const std::int64_t lease_ms = pick(3) == 0 ? 100 : pick(2) ? 1000 : 5000;
+                    const std::int64_t server_ms = 1'000'000 + pick(1'000'000);  // any server clock
+                    MutexOwner r;
+                    switch (pick(4)) {
+                        case 0: r = reply("me", our_fence ? our_fence : (our_fence = ++server_fence), sent, lease_ms, server_ms); break;
+                        case 1: r = reply("me", our_fence = ++server_fence, sent, lease_ms, server_ms); break;
+                        case 2: r = reply("other", ++server_fence, sent, lease_ms, server_ms), our_fence = 0; break;
+                        default: r = reply("", 0, sent, lease_ms, server_ms), our_fence = 0; break;
+                    }
+                    if (r.is_owner("me")) proofs.push_back(r);
+                    c = l.reply(r, now);
+                    model.on_reply(r, now);
+                }
+            }
+            // Callbacks alternate, acquired first, and none while stopped.
+            if (c.released) {
+                ASSERT_EQ(last_cb, acquired) << "run " << run << " step " << step;
+                last_cb = released, ++callbacks;
+            }
+            if (c.acquired) {
+                ASSERT_TRUE(l.running());
+                ASSERT_EQ(last_cb, released) << "run " << run << " step " << step;
+                ASSERT_GE(c.acquired->after.fence, last_fence);  // fences never go back
+                last_fence = c.acquired->after.fence;
+                last_cb = acquired, ++callbacks, ++acquisitions;
+            }
+            const bool owns = l.owns(now);
+            ASSERT_EQ(owns, model.owns(now)) << "run " << run << " step " << step;
+            // Ownership never appears without on_acquired.
+            ASSERT_TRUE(!owns || was_owner || c.acquired) << "run " << run << " step " << step;
+            ASSERT_EQ(owns, last_cb == acquired && l.holding() && now < l.deadline());
+            if (owns) {
+                // Some reply for this very tenure proves now: sent + lease - margin > now.
+                bool proven = false;
+                for (auto& p : proofs)
+                    proven = proven || (p.fence == l.fence(now) && now < p.transition_deadline() - kMargin);
+                ASSERT_TRUE(proven) << "run " << run << " step " << step;
+            }
+            // Probe between steps too: the deadline is exact.
+            const auto probe = at(now_ms + pick(300));
+            ASSERT_EQ(l.owns(probe), model.owns(probe));
+            was_owner = owns;
+        }
+    }
+    EXPECT_GT(acquisitions, runs);  // the sequences did exercise ownership
+    EXPECT_GT(callbacks, 2 * runs);
+}
