@@ -41,9 +41,14 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
         in_use_ = true;
     }
+    const auto until = bounded ? deadline : SteadyClock::time_point::max();
     bool ok;
+    std::int64_t fence = 0;
     try {
-        ok = service_->start_and_wait(bounded ? deadline : SteadyClock::time_point::max());
+        ok = service_->start_and_wait(until);
+        // Owner when the wait ended, but a lease can end before fence() reads
+        // it: never return with fence 0, wait for the next tenure instead.
+        while (ok && (fence = service_->fence()) == 0) ok = service_->wait_owner(until);
     } catch (...) {
         std::lock_guard<std::mutex> lock(call_mutex_);
         in_use_ = false;
@@ -55,7 +60,7 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         throw TimeoutError("timed out acquiring mutex " + mutex());
     }
     std::lock_guard<std::mutex> lock(call_mutex_);
-    fence_ = service_->fence();
+    fence_ = fence;
     return true;
 }
 
