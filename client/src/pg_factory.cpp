@@ -4,7 +4,9 @@
 //  - the I/O thread owns both connections. It runs a timer queue of
 //    contention attempts (one simba_acquire round trip each), listens for
 //    NOTIFY simba on the second connection, processes start/stop commands
-//    and reconnects with capped exponential backoff.
+//    and reconnects with jittered, capped exponential backoff, reset only by
+//    a statement that succeeded (a server that accepts connections and then
+//    fails every statement is not hammered).
 //  - the handle thread runs the contenders' callbacks, in order per service,
 //    and fires on_released at a lease deadline by itself, so a blocked
 //    statement on the I/O thread can never keep a stale owner alive.
@@ -39,6 +41,7 @@
 #include <mutex>
 #include <pqxx/pqxx>
 #include <queue>
+#include <random>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -349,6 +352,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         if (options.batch_max < 1 || options.batch_max > 10000)
             throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
         if (options.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
+        if (options.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (wake_fd < 0) throw Error("eventfd failed");
         backoff = options.reconnect_initial;
@@ -526,6 +530,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             }
             try {
                 fn(*stmt);
+                statement_ok();
             } catch (const std::exception& e) {
                 const bool lost = statement_failed(e, "statement");
                 failed(as_simba_error(e, lost));
@@ -700,6 +705,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     /// The server's answer to an attempt sent at `anchor`.
     void finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
+        statement_ok();
         svc->solo = false;
         MutexOwner o = parse_owner(row, svc->mutex, anchor);
         apply(svc, o);
@@ -776,11 +782,15 @@ struct ContendServiceFactory::Core final : detail::Io {
             }
             log(LogLevel::warning, "sending the batch's attempts one at a time");
         }
-        for (std::size_t i = 0; i < batch.size(); ++i) {
-            if (done[i]) continue;
-            attempt(batch[i], renewing[i]);
-            if (!up) return;  // the rest are rescheduled on reconnect
-        }
+        // Renewals first: a row another transaction holds locked (it failed
+        // the batch with 55P03) then delays no owner by more than one
+        // lock_timeout.
+        for (const bool renewals : {true, false})
+            for (std::size_t i = 0; i < batch.size(); ++i) {
+                if (done[i] || static_cast<bool>(renewing[i]) != renewals) continue;
+                attempt(batch[i], renewing[i]);
+                if (!up) return;  // the rest are rescheduled on reconnect
+            }
     }
 
     void count_statement(std::size_t calls) {
@@ -847,12 +857,25 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void connection_lost() {
-        log(LogLevel::error, "connection to the server lost; reconnecting in " +
-                                 std::to_string(backoff.count()) + " ms");
         drop_connections();
-        next_connect = SteadyClock::now() + backoff;
-        backoff = std::min(backoff * 2, options.reconnect_max);
+        const auto wait = next_backoff();
+        log(LogLevel::error, "connection to the server lost; reconnecting in " + std::to_string(wait.count()) + " ms");
     }
+
+    /// Schedules the next connect after a jittered backoff (half to all of
+    /// it, so a fleet that lost its server does not return in step) and
+    /// doubles the backoff; returns the wait.
+    milliseconds next_backoff() {
+        const auto half = backoff / 2;
+        const auto wait = half + milliseconds(static_cast<std::int64_t>(jitter_rng() % (half.count() + 1)));
+        next_connect = SteadyClock::now() + wait;
+        backoff = std::min(backoff * 2, options.reconnect_max);
+        return wait;
+    }
+
+    /// A statement succeeded: the server is really back, reconnects start
+    /// from reconnect_initial again.
+    void statement_ok() { backoff = options.reconnect_initial; }
 
     void connect() {
         try {
@@ -880,7 +903,6 @@ struct ContendServiceFactory::Core final : detail::Io {
 #pragma GCC diagnostic pop
                 receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
             }
-            backoff = options.reconnect_initial;
             connects.fetch_add(1);
             set_up(true);
             log(LogLevel::info, "connected (" + std::to_string(services.size()) + " services)");
@@ -890,10 +912,9 @@ struct ContendServiceFactory::Core final : detail::Io {
         } catch (const std::exception& e) {
             std::string msg = e.what();
             while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-            log(LogLevel::error, "connect failed: " + msg + "; retrying in " + std::to_string(backoff.count()) + " ms");
             drop_connections();
-            next_connect = SteadyClock::now() + backoff;
-            backoff = std::min(backoff * 2, options.reconnect_max);
+            const auto wait = next_backoff();
+            log(LogLevel::error, "connect failed: " + msg + "; retrying in " + std::to_string(wait.count()) + " ms");
         }
     }
 
@@ -913,8 +934,9 @@ struct ContendServiceFactory::Core final : detail::Io {
     void apply_statement_timeout() {
         auto ms = stmt_timeout_ms.load();
         if (ms == applied_timeout_ms) return;
+        const auto lock_ms = std::min<std::int64_t>(options.lock_timeout.count(), ms);
         pqxx::nontransaction tx(*stmt);
-        tx.exec0("SET statement_timeout = " + std::to_string(ms));
+        tx.exec0("SET statement_timeout = " + std::to_string(ms) + "; SET lock_timeout = " + std::to_string(lock_ms));
         applied_timeout_ms = ms;
     }
 
@@ -1123,6 +1145,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::int64_t applied_timeout_ms = -1;
     SteadyClock::time_point next_connect{};
     milliseconds backoff{100};
+    std::minstd_rand jitter_rng{static_cast<std::uint_fast32_t>(ContendPeriod::random_seed())};
     std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
     std::uint64_t timer_seq = 0;
     std::set<ServicePtr> services;

@@ -5,12 +5,16 @@
 // refreshes are I/O-thread tasks, its lease watchdog a handle-thread task, so
 // a blocked statement cannot keep lost() false past the deadline.
 //
-// Locking: State::m guards deadline, lost, released and on_lost; no lock is
-// held while a callback or a statement runs.
+// Locking: State::m guards deadline, lost, released, on_lost and the
+// running callback; no lock is held while a callback or a statement runs.
+// release() waits for an on_lost that already started, so none runs after
+// release() returned.
 #include "simba/semaphore.hpp"
 
+#include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "lease.hpp"
 #include "pg_io.hpp"
@@ -36,20 +40,46 @@ struct Permit::State {
     bool lost = false;
     bool released = false;
     std::function<void()> on_lost;
+    std::condition_variable callback_done;
+    std::thread::id callback_thread;  // set while on_lost runs
 
     bool live_locked() const { return !lost && !released && SteadyClock::now() < deadline; }
 
     /// Marks the permit lost (once) and schedules on_lost.
     static void lose(const std::shared_ptr<State>& s, const std::string& why) {
-        std::function<void()> cb;
         {
             std::lock_guard<std::mutex> lock(s->m);
             if (s->lost || s->released) return;
             s->lost = true;
-            cb = std::move(s->on_lost);
         }
         log(LogLevel::warning, "permit " + std::to_string(s->slot) + " of key " + s->key + " lost: " + why);
-        if (cb) s->io->handle(std::move(cb));
+        run_on_lost(s);
+    }
+
+    /// Runs on_lost (once) on the handle thread, unless release() comes first.
+    static void run_on_lost(const std::shared_ptr<State>& s) {
+        s->io->handle([s] {
+            std::function<void()> cb;
+            {
+                std::lock_guard<std::mutex> lock(s->m);
+                if (s->released || !s->on_lost) return;
+                cb = std::move(s->on_lost);
+                s->on_lost = nullptr;
+                s->callback_thread = std::this_thread::get_id();
+            }
+            try {
+                cb();
+            } catch (const std::exception& e) {
+                log(LogLevel::error, std::string("on_lost threw: ") + e.what());
+            } catch (...) {
+                log(LogLevel::error, "on_lost threw a non-std exception");
+            }
+            {
+                std::lock_guard<std::mutex> lock(s->m);
+                s->callback_thread = {};
+            }
+            s->callback_done.notify_all();
+        });
     }
 
     /// Lease watchdog on the handle thread for the deadline just set.
@@ -164,10 +194,15 @@ bool Permit::lost() const {
 bool Permit::release() {
     if (!state_) return false;  // moved from
     {
-        std::lock_guard<std::mutex> lock(state_->m);
+        std::unique_lock<std::mutex> lock(state_->m);
         if (state_->released) return false;
         state_->released = true;
         state_->on_lost = nullptr;
+        // An on_lost already running finishes first (unless it is the caller).
+        state_->callback_done.wait(lock, [&] {
+            return state_->callback_thread == std::thread::id{} ||
+                   state_->callback_thread == std::this_thread::get_id();
+        });
         if (state_->lost) return false;
     }
     auto st = state_;
@@ -187,10 +222,11 @@ void Permit::on_lost(std::function<void()> callback) {
     bool now;
     {
         std::lock_guard<std::mutex> lock(state_->m);
-        now = state_->lost || (!state_->released && SteadyClock::now() >= state_->deadline);
-        if (!now) state_->on_lost = std::move(callback);
+        if (state_->released) return;
+        now = state_->lost || SteadyClock::now() >= state_->deadline;
+        state_->on_lost = std::move(callback);
     }
-    if (now && callback) state_->io->handle(std::move(callback));
+    if (now) State::run_on_lost(state_);
 }
 
 Semaphore::Semaphore(pg::ContendServiceFactory& factory, std::string holder, SemaphoreOptions options)

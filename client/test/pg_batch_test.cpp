@@ -171,6 +171,49 @@ TEST(Batching, OneFailingAttemptDoesNotFailTheOthers) {
     for (auto& s : fleet.services) s->stop();
 }
 
+TEST(Batching, OneLockedRowDoesNotCostAnotherMutexItsLease) {
+    // A user's fenced transaction holds mutex a's row past a's lease. The
+    // batch carrying a's and b's renewals fails at lock_timeout (55P03), b's
+    // renewal goes again on its own in time, and b never loses its lease;
+    // only a, which cannot renew, is released at its deadline. (Without
+    // lock_timeout both waits last a statement_timeout, half the lease, and
+    // b's lease runs out first.)
+    LogCapture logs;
+    auto db = admin();
+    auto blocker = admin();
+    const auto prefix = unique_name("locked");
+    simba::pg::ContendServiceFactory factory("", test_options("locked"));
+    Fleet fleet;
+    fleet.add(factory, prefix + "-a", "A", lease(2000ms, 1000ms));
+    fleet.add(factory, prefix + "-b", "B", lease(2000ms, 1000ms));
+    for (auto& s : fleet.services) s->start();
+    ASSERT_TRUE(eventually([&] { return fleet.owners() == 2; }, 10s));
+    auto& sa = *fleet.services[0];
+    auto& sb = *fleet.services[1];
+    auto& a = *fleet.contenders[0];
+    auto& b = *fleet.contenders[1];
+    const auto b_renewals = [&] { return versions(*db, prefix + "-b"); };
+    const auto v0 = b_renewals();
+    {
+        pqxx::work tx(*blocker);
+        tx.exec_params("SELECT simba_fence_check($1, 'A', $2)", prefix + "-a", sa.fence());  // FOR SHARE
+        ASSERT_TRUE(a.wait([](auto& ev) { return ev.size() == 2; }, 10s));
+        EXPECT_FALSE(a.events()[1].acquired);
+        EXPECT_FALSE(sa.is_owner());
+        // Across the same time b renewed and kept its lease.
+        EXPECT_GE(b_renewals(), v0 + 1);
+        EXPECT_TRUE(sb.is_owner());
+        EXPECT_EQ(b.events().size(), 1u) << "b was never released";
+        EXPECT_GE(logs.count_containing("55P03"), 1);
+        tx.abort();
+    }
+    // The row is free again: a takes it back.
+    ASSERT_TRUE(a.wait([](auto& ev) { return ev.size() == 3; }, 10s));
+    EXPECT_TRUE(sb.is_owner());
+    EXPECT_EQ(b.events().size(), 1u);
+    for (auto& s : fleet.services) s->stop();
+}
+
 TEST(Batching, ProcessesBatchingTheSameMutexesDoNotDeadlock) {
     LogCapture logs;
     auto db = admin();

@@ -2,6 +2,7 @@
 // database-semaphore's own concurrency test at full strength on the SQL API.
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "pg_support.hpp"
 
@@ -126,6 +127,57 @@ TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
     EXPECT_TRUE(server_live) << "the client reported the loss only after the server's expiry";
     EXPECT_GE(logs.count_containing("lost"), 1);
     EXPECT_FALSE(p->release()) << "a lost permit is not released";
+}
+
+TEST(Semaphore, OnLostNeverRunsAfterReleaseReturned) {
+    // The permit is lost (its row deleted: the next refresh is refused) and
+    // on_lost is still running when another thread releases: release()
+    // returns only after on_lost did. Released from inside on_lost, it does
+    // not wait for itself.
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("semrace"));
+    Semaphore sem(factory);
+    const auto key = unique_name("race");
+    auto p = sem.try_acquire(key, 1, 900ms);
+    ASSERT_TRUE(p);
+    std::promise<void> gate;
+    auto opened = gate.get_future().share();
+    std::atomic<bool> started{false}, finished{false};
+    p->on_lost([&, opened] {
+        started = true;
+        opened.wait();
+        finished = true;
+    });
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec_params("DELETE FROM simba_semaphore WHERE key = $1", key);
+    }
+    ASSERT_TRUE(eventually([&] { return started.load(); }, 10s));
+    std::atomic<bool> returned{false};
+    bool finished_when_returned = false;
+    std::thread releaser([&] {
+        EXPECT_FALSE(p->release());  // it was lost
+        finished_when_returned = finished.load();
+        returned = true;
+    });
+    EXPECT_FALSE(eventually([&] { return returned.load(); }, 300ms)) << "release() waits for the running on_lost";
+    gate.set_value();
+    releaser.join();
+    EXPECT_TRUE(finished_when_returned);
+
+    // release() from inside on_lost.
+    auto q = sem.try_acquire(key, 1, 900ms);
+    ASSERT_TRUE(q);
+    std::promise<bool> inner;
+    auto inner_result = inner.get_future();
+    q->on_lost([&] { inner.set_value(q->release()); });
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec_params("DELETE FROM simba_semaphore WHERE key = $1", key);
+    }
+    ASSERT_EQ(inner_result.wait_for(10s), std::future_status::ready);
+    EXPECT_FALSE(inner_result.get());
 }
 
 TEST(Semaphore, AcquireWaitsAndWakesOnRelease) {

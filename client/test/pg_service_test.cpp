@@ -401,15 +401,60 @@ TEST(KilledConnection, BlockedRenewalStillReleasesAtTheDeadline) {
         ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
         EXPECT_FALSE(a->events()[1].acquired);
         EXPECT_FALSE(sa->is_owner());
-        // The blocked renewal ends by statement_timeout (57014), reported.
-        ASSERT_TRUE(eventually([&] { return logs.count_containing("57014") >= 1; }, 10s));
+        // The blocked renewal ends by lock_timeout (55P03), reported.
+        ASSERT_TRUE(eventually([&] { return logs.count_containing("55P03") >= 1; }, 10s));
         EXPECT_TRUE(factory.connected());
         tx.abort();
     }
-    // The statement timed out (logged), the connection stayed up, and the
+    // The statement failed (logged), the connection stayed up, and the
     // contender takes the lock again once the table is free.
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 3; }, 10s));
     EXPECT_TRUE(a->events()[2].acquired);
+    EXPECT_TRUE(sa->is_owner());
+    sa->stop();
+}
+
+TEST(KilledConnection, ReconnectBackoffGrowsWhileEveryStatementFails) {
+    // A server that accepts connections but fails every statement with a
+    // connection error (a trigger raising 57P01, as a dying backend or
+    // pooler would): only a statement that succeeded resets the backoff, so
+    // reconnects slow down (jittered, at least half of 100, 200, 400 and
+    // 800 ms before the fourth reconnect) instead of coming every 100 ms.
+    LogCapture logs;
+    auto db = admin();
+    const auto m = unique_name("backoff");
+    struct Trigger {
+        pqxx::connection& db;
+        void drop() {
+            pqxx::nontransaction tx(db);
+            tx.exec0("DROP TRIGGER IF EXISTS simba_test_backoff ON simba_mutex");
+            tx.exec0("DROP FUNCTION IF EXISTS public.simba_test_backoff()");
+        }
+        ~Trigger() { drop(); }
+    } trigger{*db};
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec0("CREATE FUNCTION public.simba_test_backoff() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$BEGIN RAISE EXCEPTION 'backend going away' USING ERRCODE = '57P01'; END$$");
+        tx.exec0("CREATE TRIGGER simba_test_backoff BEFORE INSERT OR UPDATE ON simba_mutex FOR EACH ROW"
+                 " WHEN (NEW.mutex = " + tx.quote(m) + ") EXECUTE FUNCTION public.simba_test_backoff()");
+    }
+    auto opts = test_options("backoff");
+    opts.reconnect_initial = 100ms;
+    opts.reconnect_max = 5000ms;
+    simba::pg::ContendServiceFactory factory("", opts);
+    ASSERT_TRUE(factory.wait_connected(10s));
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto sa = factory.create(a, lease(2000ms, 1000ms));
+    const auto c0 = factory.connects();
+    const auto t0 = SteadyClock::now();
+    sa->start();
+    ASSERT_TRUE(eventually([&] { return factory.connects() >= c0 + 4; }, 20s));
+    EXPECT_GE(duration_cast<milliseconds>(SteadyClock::now() - t0).count(), 750);
+    EXPECT_GE(logs.count_containing("57P01"), 4);
+    // The server heals: the next attempt succeeds.
+    trigger.drop();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 15s));
     EXPECT_TRUE(sa->is_owner());
     sa->stop();
 }

@@ -51,6 +51,12 @@ struct FactoryOptions {
     /// statement_timeout on the statement connection. The factory lowers it
     /// further to half the shortest lease (ttl + transition) in use.
     std::chrono::milliseconds statement_timeout{2000};
+    /// lock_timeout on the statement connection (at most statement_timeout;
+    /// 0 = none). An attempt that waits this long for a row lock (a user's
+    /// fenced transaction on that mutex) fails with 55P03 and is retried
+    /// alone, after the batch's renewals: one locked row never costs another
+    /// mutex its lease. Not set when pooled (no session settings).
+    std::chrono::milliseconds lock_timeout{200};
     /// Reconnect backoff: starts here, doubles, capped at reconnect_max.
     std::chrono::milliseconds reconnect_initial{100};
     std::chrono::milliseconds reconnect_max{5000};

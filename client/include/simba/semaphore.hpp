@@ -49,9 +49,12 @@ public:
     [[nodiscard]] bool lost() const;
     /// Gives the permit back now (NOTIFY wakes waiters). True if it was still
     /// live on the server; false if it had already been lost. Idempotent.
+    /// An on_lost callback that already started is waited for (unless it is
+    /// the caller): none runs after release() returned.
     bool release();
     /// Runs `callback` once, on the factory's handle thread, when the permit
-    /// is lost other than by release(); at once if it already was.
+    /// is lost other than by release(); at once if it already was. Nothing
+    /// after release().
     void on_lost(std::function<void()> callback);
 
     struct State;
