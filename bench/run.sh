@@ -23,12 +23,12 @@ if [ "${1:-}" != --suite ]; then
   $sudo make -s install >/dev/null
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
-    bench_delay_proxy >/dev/null
+    bench_memory bench_delay_proxy >/dev/null
   # TCP on 127.0.0.1 as well: benchmark 1 also runs through a delay proxy.
   SIMBA_CLUSTER_TCP=1 exec test/with-cluster.sh "$0" --suite "$@"
 fi
 shift
-want=${*:-1 2 3 4 5}
+want=${*:-1 2 3 4 5 6}
 on() { [[ " $want " == *" $1 "* ]]; }
 
 mkdir -p "$out"
@@ -61,9 +61,9 @@ fi
 psql -XqAt -c "CREATE EXTENSION IF NOT EXISTS simba" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 
 if [ "$quick" = 1 ]; then
-  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --warmup 12 --window 10); b5=(--batches 3)
+  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --warmup 12 --window 10); b5=(--batches 3); b6=(--cycles 100000)
 else
-  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --warmup 15 --window 20); b5=(--batches 6)
+  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --warmup 15 --window 20); b5=(--batches 6); b6=(--cycles 1000000)
 fi
 
 rc=0
@@ -89,12 +89,13 @@ if on 3; then
 fi
 if on 4; then "$bin/bench_scale" "${b4[@]}" --ttl 10 --transition 6 --json "$out/scale.json" 2>&1 | log || rc=1; fi
 if on 5; then "$bin/bench_overhead" "${b5[@]}" --json "$out/overhead.json" 2>&1 | log || rc=1; fi
+if on 6; then "$bin/bench_memory" "${b6[@]}" --json "$out/memory.json" 2>&1 | log || rc=1; fi
 
 # One JSON document with every benchmark that ran.
 {
   echo "{\"date\": \"$(date -u +%FT%TZ)\", \"cores\": $(nproc),"
   sep=""
-  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead; do
+  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead memory; do
     [ -s "$out/$name.json" ] || continue
     printf '%s"%s": ' "$sep" "$name"; cat "$out/$name.json"; sep=", "
   done

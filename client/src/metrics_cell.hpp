@@ -1,5 +1,6 @@
 // simba client (internal): the live counters behind simba::Metrics. One cell
-// per (mutex, contender id) of a factory, shared by the services of that id;
+// per (mutex, contender id) of a factory, shared by the services of that id
+// (folded into contender "" when the last of them is destroyed);
 // updated with relaxed atomics from the I/O and handle threads, read by
 // ContendServiceFactory::metrics() without stopping them.
 #pragma once
@@ -26,6 +27,11 @@ struct AtomicHistogram {
         counts[i].fetch_add(1, std::memory_order_relaxed);
         sum_us.fetch_add(static_cast<std::uint64_t>(d.count()), std::memory_order_relaxed);
     }
+    void add(const AtomicHistogram& o) {
+        for (std::size_t i = 0; i < counts.size(); ++i)
+            counts[i].fetch_add(o.counts[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+        sum_us.fetch_add(o.sum_us.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
     Histogram snapshot() const {
         Histogram h;
         for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -46,6 +52,23 @@ struct MetricsCell {
     AtomicHistogram acquire_latency, handoff_latency;
 
     static void inc(std::atomic<std::uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+    /// Adds another cell's counters and histograms to this one's.
+    void add(const MetricsCell& o) {
+        auto plus = [](std::atomic<std::uint64_t>& to, const std::atomic<std::uint64_t>& from) {
+            to.fetch_add(from.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        };
+        plus(attempts, o.attempts);
+        plus(busy, o.busy);
+        plus(acquired, o.acquired);
+        plus(released, o.released);
+        plus(late_releases, o.late_releases);
+        plus(renewals, o.renewals);
+        plus(renewal_failures, o.renewal_failures);
+        plus(lost, o.lost);
+        acquire_latency.add(o.acquire_latency);
+        handoff_latency.add(o.handoff_latency);
+    }
 
     /// Counters and histograms; the caller fills the gauges.
     MutexMetrics snapshot() const {

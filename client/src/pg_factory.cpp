@@ -554,15 +554,30 @@ struct ContendServiceFactory::Core final : detail::Io {
         return executor.post_at(at, std::move(fn));
     }
 
+    void watch(const std::string& name) override {
+        std::lock_guard<std::mutex> lock(notify_m);
+        ++notify_counts[name].watchers;
+    }
+
+    void unwatch(const std::string& name) override {
+        std::lock_guard<std::mutex> lock(notify_m);
+        auto it = notify_counts.find(name);
+        if (it != notify_counts.end() && --it->second.watchers <= 0) notify_counts.erase(it);
+    }
+
     std::uint64_t notifications(const std::string& name) override {
         std::lock_guard<std::mutex> lock(notify_m);
-        return notify_counts[name];  // registers interest in `name`
+        auto it = notify_counts.find(name);
+        return it == notify_counts.end() ? 0 : it->second.count;
     }
 
     bool wait_notification(const std::string& name, std::uint64_t seen,
                            SteadyClock::time_point until) override {
         std::unique_lock<std::mutex> lock(notify_m);
-        return simba::wait_until(notify_cv, lock, until, [&] { return notify_counts[name] != seen; });
+        return simba::wait_until(notify_cv, lock, until, [&] {
+            auto it = notify_counts.find(name);
+            return it != notify_counts.end() && it->second.count != seen;
+        });
     }
 
     /// A library error for a failed statement, with the server's SQLSTATE.
@@ -618,6 +633,17 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     void schedule(const ServicePtr& svc, SteadyClock::time_point at) {
         timers.push(Timer{at, timer_seq++, svc, ++svc->timer_gen});
+        // Each service has one current timer; the rest are cancelled ones
+        // waiting to come due. Past twice the live count, drop them all.
+        if (timers.size() > 2 * services.size() + 1024) {
+            std::vector<Timer> live;
+            live.reserve(services.size());
+            while (!timers.empty()) {
+                if (timers.top().live()) live.push_back(timers.top());
+                timers.pop();
+            }
+            for (auto& t : live) timers.push(std::move(t));
+        }
     }
 
     milliseconds retry_delay(const ServicePtr& svc) const {
@@ -969,7 +995,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             std::lock_guard<std::mutex> lock(notify_m);
             for (auto& name : notified) {
                 auto it = notify_counts.find(name);
-                if (it != notify_counts.end()) ++it->second;
+                if (it != notify_counts.end()) ++it->second.count;
             }
         }
         notify_cv.notify_all();
@@ -1153,23 +1179,52 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks;
     std::uint64_t task_seq = 0;
 
-    // NOTIFY counts per name of interest (detail::Io::notifications).
+    // NOTIFY counts per watched name (detail::Io::watch), dropped with the
+    // last watcher.
+    struct NotifyCount {
+        std::uint64_t count = 0;
+        int watchers = 0;
+    };
     std::mutex notify_m;
     std::condition_variable notify_cv;
-    std::unordered_map<std::string, std::uint64_t> notify_counts;
+    std::unordered_map<std::string, NotifyCount> notify_counts;
 
-    // Metrics: one cell per (mutex, contender id), kept for the factory's
-    // life; the services for the gauges. Guarded by metrics_m.
+    // Metrics: one cell per (mutex, contender id) while a service of that id
+    // exists; when the last one is destroyed its counters fold into the
+    // mutex's cell of contender "" (departed contenders), so a process that
+    // makes a Locker per job keeps one series per mutex, not one per job.
+    // The services for the gauges. Guarded by metrics_m.
+    struct CellEntry {
+        std::shared_ptr<simba::detail::MetricsCell> cell;
+        int services = 0;
+    };
     std::mutex metrics_m;
-    std::map<std::pair<std::string, std::string>, std::shared_ptr<simba::detail::MetricsCell>> metric_cells;
+    std::map<std::pair<std::string, std::string>, CellEntry> metric_cells;
     std::vector<std::weak_ptr<ServiceCore>> metric_services;
     std::size_t metric_prune_at = 64;
 
+    static CellEntry& cell_of(std::map<std::pair<std::string, std::string>, CellEntry>& cells,
+                              const std::string& mutex, const std::string& id) {
+        auto& e = cells[{mutex, id}];
+        if (!e.cell) e.cell = std::make_shared<simba::detail::MetricsCell>(mutex, id);
+        return e;
+    }
+
+    /// The service `svc` is gone: its cell folds into the departed one when
+    /// it was the last of its (mutex, id).
+    void untrack(const ServicePtr& svc) {
+        std::lock_guard<std::mutex> lock(metrics_m);
+        auto it = metric_cells.find({svc->mutex, svc->id});
+        if (it == metric_cells.end() || --it->second.services > 0) return;
+        cell_of(metric_cells, svc->mutex, "").cell->add(*it->second.cell);
+        metric_cells.erase(it);
+    }
+
     void track(const ServicePtr& svc) {
         std::lock_guard<std::mutex> lock(metrics_m);
-        auto& cell = metric_cells[{svc->mutex, svc->id}];
-        if (!cell) cell = std::make_shared<simba::detail::MetricsCell>(svc->mutex, svc->id);
-        svc->metrics = cell;
+        auto& e = cell_of(metric_cells, svc->mutex, svc->id);
+        ++e.services;
+        svc->metrics = e.cell;
         if (metric_services.size() >= metric_prune_at) {  // drop destroyed services, amortized O(1)
             metric_services.erase(std::remove_if(metric_services.begin(), metric_services.end(),
                                                  [](const std::weak_ptr<ServiceCore>& w) { return w.expired(); }),
@@ -1184,7 +1239,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         out.acquire_statements = acquire_statements.load(std::memory_order_relaxed);
         out.acquire_calls = acquire_calls.load(std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(metrics_m);
-        for (auto& [key, cell] : metric_cells) out.mutexes.push_back(cell->snapshot());  // sorted by the map
+        for (auto& [key, e] : metric_cells) out.mutexes.push_back(e.cell->snapshot());  // sorted by the map
         for (auto& w : metric_services) {
             auto s = w.lock();
             if (!s) continue;
@@ -1216,7 +1271,10 @@ public:
 
     PgService(std::shared_ptr<Core> core, std::shared_ptr<MutexContender> contender, ContendOptions options)
         : MutexContendService(contender), core_(std::move(core)),
-          svc_(std::make_shared<ServiceCore>(std::move(contender), options)) {
+          // Not make_shared: the timers and deadline checks of a stopped
+          // service hold weak_ptrs until they come due, and must not pin
+          // the whole ServiceCore meanwhile.
+          svc_(new ServiceCore(std::move(contender), options)) {
         core_->track(svc_);
     }
 
@@ -1228,6 +1286,7 @@ public:
                 log(LogLevel::error, std::string("stop in destructor failed: ") + e.what());
             }
         }
+        core_->untrack(svc_);
     }
 
     bool is_owner() const override { return svc_->is_owner_now(); }

@@ -36,7 +36,11 @@ public:
     virtual bool handle(std::function<void()> fn) = 0;
     virtual bool handle_at(SteadyClock::time_point at, std::function<void()> fn) = 0;
 
-    /// How many `NOTIFY simba, name` the factory has received so far.
+    /// Counts `NOTIFY simba, name` from now until the matching unwatch()
+    /// (watches nest); nothing is kept for a name nobody watches.
+    virtual void watch(const std::string& name) = 0;
+    virtual void unwatch(const std::string& name) = 0;
+    /// How many `NOTIFY simba, name` arrived while it was watched.
     virtual std::uint64_t notifications(const std::string& name) = 0;
     /// Waits until notifications(name) differs from `seen`, or `until`.
     /// Returns true if a notification arrived.

@@ -272,6 +272,13 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
                           const std::string& context) {
     validate_acquire(key, holder_, permits, ttl, context);
     const auto deadline = SteadyClock::now() + timeout;
+    // NOTIFYs of `key` are counted while this call waits, and only then.
+    struct Watch {
+        pg::detail::Io& io;
+        const std::string& key;
+        Watch(pg::detail::Io& i, const std::string& k) : io(i), key(k) { io.watch(key); }
+        ~Watch() { io.unwatch(key); }
+    } watch(*io_, key);
     for (;;) {
         // Read the NOTIFY count before trying, so a release between the
         // attempt and the wait still wakes us.

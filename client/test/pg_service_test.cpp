@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 
 #include "pg_support.hpp"
+#include "prom_check.hpp"
 
 using namespace simba_test;
 using simba::ContendOptions;
@@ -560,6 +562,44 @@ TEST(Locker, WaitOwnerReturnsOnOwnershipTimeoutOrStop) {
     EXPECT_LT(SteadyClock::now() - t0, 1000ms);
     EXPECT_GT(sb->fence(), 0);
     sb->stop();
+}
+
+TEST(Locker, LockersWithFreshIdsKeepTheMetricsBounded) {
+    // A Locker per job with the default id (a fresh id each time): when a
+    // locker is gone its counters fold into contender "" of the mutex, so
+    // the snapshot and the Prometheus series stay bounded while the totals
+    // keep counting.
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("cycles"));
+    const auto m = unique_name("cycles");
+    const std::uint64_t cycles = 500;
+    for (std::uint64_t i = 0; i < cycles; ++i) {
+        simba::Locker l(factory, m);  // ContenderId::host(): a new id each time
+        l.acquire(5000ms);
+    }
+    simba::Locker live(factory, m, "live");
+    live.acquire(5000ms);
+    const auto metrics = factory.metrics();
+    std::size_t entries = 0;
+    for (const auto& e : metrics.mutexes) entries += e.mutex == m;
+    EXPECT_EQ(entries, 2u) << "the departed ones and the live locker";
+    const auto* departed = metrics.find(m, "");
+    ASSERT_NE(departed, nullptr);
+    EXPECT_EQ(departed->acquired, cycles);
+    EXPECT_EQ(departed->released, cycles);
+    EXPECT_EQ(departed->acquire_latency.count, cycles);
+    EXPECT_FALSE(departed->is_owner);
+    EXPECT_TRUE(metrics.total(m).is_owner);
+    EXPECT_EQ(metrics.total(m).acquired, cycles + 1);
+    const auto text = simba::to_prometheus(metrics);
+    const auto r = prom_check::check(text);
+    ASSERT_TRUE(r.ok()) << r.error_text();
+    EXPECT_EQ(r.value("simba_client_acquired_total", {{"mutex", m}, {"contender", ""}}), cycles);
+    std::size_t series = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        series += line.rfind("simba_client_acquired_total{", 0) == 0 && line.find("mutex=\"" + m + "\"") != std::string::npos;
+    EXPECT_EQ(series, 2u);
 }
 
 // -------------------------------------------------------------- scheduler

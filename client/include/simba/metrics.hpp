@@ -4,8 +4,12 @@
 //   std::cout << simba::to_prometheus(m, {{"job", "exporter"}});
 //
 // Counters are cumulative for the life of the factory, per (mutex, contender
-// id), and survive stop()/start() of the services; the gauges describe the
-// present. Histograms have fixed buckets (Histogram::bounds, in seconds).
+// id), and survive stop()/start() of the services. When the last service of
+// an id is destroyed, its counters move to the entry of contender "" of that
+// mutex (departed contenders): per-mutex totals never go back, and a process
+// that creates a Locker per job with a fresh id keeps one entry per mutex.
+// The gauges describe the present. Histograms have fixed buckets
+// (Histogram::bounds, in seconds).
 #pragma once
 
 #include <array>
