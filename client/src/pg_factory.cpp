@@ -21,7 +21,8 @@
 // calling start_and_wait() or stop() takes it to do that service's round
 // trip itself. ServiceCore::m guards a service's ownership state and its
 // pending callbacks; Executor::m guards the handle queue; Core::cmd_m the
-// command queue. Lock order: io_m -> ServiceCore::m -> Executor::m, and
+// command queue; watch_m the statement watchdog. Lock order: io_m ->
+// ServiceCore::m -> Executor::m, io_m -> watch_m -> Executor::m, and
 // Core::metrics_m -> ServiceCore::m (metrics()). No thread holds a lock while
 // running a callback. Metrics counters are relaxed atomics
 // (metrics_cell.hpp), bumped where the state they count changes.
@@ -29,6 +30,7 @@
 #include <libpq-fe.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -198,6 +200,7 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o) {
     kv.emplace("keepalives_idle", std::to_string(o.keepalives_idle_s));
     kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval_s));
     kv.emplace("keepalives_count", std::to_string(o.keepalives_count));
+    kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout_ms));
     std::string out;
     for (auto& [k, v] : kv) {
         if (!out.empty()) out += ' ';
@@ -529,6 +532,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 return;
             }
             try {
+                StatementWatch watch(*this, stmt->sock());
                 fn(*stmt);
                 statement_ok();
             } catch (const std::exception& e) {
@@ -694,6 +698,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
         if (might_own && up) {
             try {
+                StatementWatch watch(*this, stmt->sock());
                 pqxx::nontransaction tx(*stmt);
                 bool released = (options.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
                                                 : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
@@ -752,6 +757,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto anchor = SteadyClock::now();
         count_statement(1);
         try {
+            StatementWatch watch(*this, stmt->sock());
             pqxx::nontransaction tx(*stmt);
             const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
             const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
@@ -791,6 +797,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             const auto trs =
                 array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.transition.count()); });
             count_statement(batch.size());
+            StatementWatch watch(*this, stmt->sock());
             pqxx::nontransaction tx(*stmt);
             auto rows = options.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs)
                                        : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs);
@@ -817,6 +824,66 @@ struct ContendServiceFactory::Core final : detail::Io {
                 attempt(batch[i], renewing[i]);
                 if (!up) return;  // the rest are rescheduled on reconnect
             }
+    }
+
+    // ------------------------------------------------- statement watchdog
+    //
+    // No network wait without a deadline: a statement that has not answered
+    // statement_timeout and a half after it was sent (a frozen backend, a
+    // stuck pooler, a blackholed server: TCP accepts the bytes and nothing
+    // answers, so the server's own statement_timeout cannot fire) has its
+    // socket shut down by the handle thread. The blocked libpq call returns,
+    // the connection counts as lost, and the I/O thread reconnects (libpq
+    // tries the next host of a multi-host string). One check is queued at a
+    // time, re-armed like the lease checks.
+
+    struct StatementWatch {
+        Core& core;
+        StatementWatch(Core& c, int fd) : core(c) { core.watch_begin(fd); }
+        ~StatementWatch() { core.watch_end(); }
+        StatementWatch(const StatementWatch&) = delete;
+        StatementWatch& operator=(const StatementWatch&) = delete;
+    };
+
+    SteadyClock::duration statement_deadline() const {
+        const milliseconds t(stmt_timeout_ms.load());
+        return t + std::max(milliseconds(100), t / 2);
+    }
+
+    void watch_begin(int fd) {
+        std::lock_guard<std::mutex> lock(watch_m);
+        watch_fd = fd;
+        watch_until = SteadyClock::now() + statement_deadline();
+        arm_watch_locked();
+    }
+
+    void watch_end() {
+        std::lock_guard<std::mutex> lock(watch_m);
+        watch_fd = -1;
+    }
+
+    void arm_watch_locked() {
+        if (watch_check_at != SteadyClock::time_point{} && watch_check_at <= watch_until) return;
+        const auto at = watch_until;
+        if (executor.post_at(at, [this, at] { watch_check(at); })) watch_check_at = at;
+    }
+
+    void watch_check(SteadyClock::time_point at) {
+        {
+            std::lock_guard<std::mutex> lock(watch_m);
+            if (watch_check_at == at) watch_check_at = {};
+            if (watch_fd < 0) return;
+            if (SteadyClock::now() < watch_until) {
+                arm_watch_locked();
+                return;
+            }
+            // Shut down, not closed: the fd stays the I/O thread's to close.
+            ::shutdown(watch_fd, SHUT_RDWR);
+            watch_fd = -1;
+        }
+        log(LogLevel::error, "a statement got no answer within " +
+                                 std::to_string(duration_cast<milliseconds>(statement_deadline()).count()) +
+                                 " ms (frozen backend or unreachable server): dropping the connection");
     }
 
     void count_statement(std::size_t calls) {
@@ -927,6 +994,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
                 listen->inhibit_reactivation(true);
 #pragma GCC diagnostic pop
+                StatementWatch watch(*this, listen->sock());
                 receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
             }
             connects.fetch_add(1);
@@ -961,6 +1029,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto ms = stmt_timeout_ms.load();
         if (ms == applied_timeout_ms) return;
         const auto lock_ms = std::min<std::int64_t>(options.lock_timeout.count(), ms);
+        StatementWatch watch(*this, stmt->sock());
         pqxx::nontransaction tx(*stmt);
         tx.exec0("SET statement_timeout = " + std::to_string(ms) + "; SET lock_timeout = " + std::to_string(lock_ms));
         applied_timeout_ms = ms;
@@ -1133,6 +1202,12 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::string listen_info;  // empty: poll only
 
     Executor executor;
+
+    // The statement watchdog (watch_begin): guarded by watch_m.
+    std::mutex watch_m;
+    int watch_fd = -1;                          // socket of the statement in flight; -1: none
+    SteadyClock::time_point watch_until{};      // its deadline
+    SteadyClock::time_point watch_check_at{};   // a check is queued for then ({}: none)
 
     // Commands from other threads.
     std::mutex cmd_m;

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -459,6 +461,55 @@ TEST(KilledConnection, ReconnectBackoffGrowsWhileEveryStatementFails) {
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 15s));
     EXPECT_TRUE(sa->is_owner());
     sa->stop();
+}
+
+TEST(KilledConnection, AFrozenBackendCostsNoMoreThanAStatementDeadline) {
+    // SIGSTOP the factory's statement backend between two statements: what a
+    // frozen VM, a stuck pooler or a blackholed primary looks like (bytes
+    // are accepted, nothing answers, the server's statement_timeout cannot
+    // fire). The watchdog drops the connection at the statement deadline,
+    // the factory reconnects, its owners own again and stop() of another
+    // service returns, all while the backend is still stopped.
+    LogCapture logs;
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("frozen"));
+    const auto ma = unique_name("frozen-a"), mb = unique_name("frozen-b"), mc = unique_name("frozen-c");
+    auto a = std::make_shared<Recorder>(ma, "A");
+    auto b = std::make_shared<Recorder>(mb, "B");
+    auto c = std::make_shared<Recorder>(mc, "C");
+    auto sa = factory.create(a, lease(1000ms, 1000ms));
+    auto sb = factory.create(b, lease(1000ms, 1000ms));
+    auto sc = factory.create(c, lease(10000ms, 5000ms));
+    sa->start();
+    sb->start();
+    sc->start();
+    ASSERT_TRUE(eventually([&] { return sa->is_owner() && sb->is_owner() && sc->is_owner(); }, 10s));
+    EXPECT_EQ(factory.statement_timeout(), 1000ms);  // half the shortest lease
+    int pid = 0;
+    {
+        pqxx::nontransaction tx(*db);
+        auto r = tx.exec_params("SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+                                " AND query NOT LIKE 'LISTEN%'",
+                                factory.application_name());
+        ASSERT_EQ(r.size(), 1u);
+        pid = r[0][0].as<int>();
+    }
+    struct Resume {
+        int pid;
+        ~Resume() { ::kill(pid, SIGCONT); }
+    } resume{pid};
+    if (::kill(pid, SIGSTOP) != 0) GTEST_SKIP() << "cannot signal the backend: " << std::strerror(errno);
+    const auto t0 = SteadyClock::now();
+    // The next statement hangs; the watchdog cuts it 1.5 s after it was sent.
+    ASSERT_TRUE(eventually([&] { return logs.count_containing("got no answer within 1500 ms") >= 1; }, 10s));
+    ASSERT_TRUE(eventually([&] { return factory.connected() && sa->is_owner() && sb->is_owner(); }, 10s));
+    const auto t1 = SteadyClock::now();
+    sc->stop();
+    EXPECT_LT(duration_cast<milliseconds>(SteadyClock::now() - t1).count(), 2000) << "stop() is not held up";
+    EXPECT_LT(duration_cast<milliseconds>(SteadyClock::now() - t0).count(), 8000);
+    EXPECT_EQ(owner_of(*db, mc), "") << "C's release reached the server";
+    sa->stop();
+    sb->stop();
 }
 
 // ----------------------------------------------------------------- locker

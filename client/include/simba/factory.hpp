@@ -71,12 +71,20 @@ struct FactoryOptions {
     /// sends one statement per attempt.
     int batch_max = 100;
     std::chrono::milliseconds batch_window{50};
-    /// libpq connect_timeout (seconds, libpq's minimum is 2) and TCP keepalives;
-    /// each is used only when the connection string does not set it.
+    /// libpq connect_timeout (seconds, libpq's minimum is 2, per host of a
+    /// multi-host string) and TCP keepalives; each of these and
+    /// tcp_user_timeout is used only when the connection string does not set it.
     int connect_timeout_s = 5;
     int keepalives_idle_s = 5;
     int keepalives_interval_s = 2;
     int keepalives_count = 3;
+    /// libpq tcp_user_timeout: a TCP connection whose sent data (or
+    /// keepalive probes) stay unacknowledged this long is dropped by the
+    /// kernel, instead of after Linux's ~15 minutes of retransmissions (a
+    /// blackholed server). Statements also have a deadline of their own:
+    /// statement_timeout and a half, past which the factory drops the
+    /// connection and reconnects, even to a server whose TCP still answers.
+    int tcp_user_timeout_ms = 10000;
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one
