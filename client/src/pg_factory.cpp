@@ -877,6 +877,16 @@ struct ContendServiceFactory::Core final : detail::Io {
                 arm_watch_locked();
                 return;
             }
+        }
+        cut_overdue_statement();
+    }
+
+    /// Shuts down the socket of the statement in flight if it is past its
+    /// deadline.
+    void cut_overdue_statement() {
+        {
+            std::lock_guard<std::mutex> lock(watch_m);
+            if (watch_fd < 0 || SteadyClock::now() < watch_until) return;
             // Shut down, not closed: the fd stays the I/O thread's to close.
             ::shutdown(watch_fd, SHUT_RDWR);
             watch_fd = -1;
@@ -884,6 +894,19 @@ struct ContendServiceFactory::Core final : detail::Io {
         log(LogLevel::error, "a statement got no answer within " +
                                  std::to_string(duration_cast<milliseconds>(statement_deadline()).count()) +
                                  " ms (frozen backend or unreachable server): dropping the connection");
+    }
+
+    /// Takes io_m for a caller's round trip. On the handle thread (stop()
+    /// from a callback) the queued watchdog check cannot run while we wait,
+    /// so we run it: a frozen statement on the I/O thread cannot hold us.
+    std::unique_lock<std::timed_mutex> lock_io() {
+        std::unique_lock<std::timed_mutex> lock(io_m, std::defer_lock);
+        if (!executor.on_this_thread()) {
+            lock.lock();
+            return lock;
+        }
+        while (!lock.try_lock_for(milliseconds(20))) cut_overdue_statement();
+        return lock;
     }
 
     void count_statement(std::size_t calls) {
@@ -1094,7 +1117,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void io_main() {
-        std::unique_lock<std::mutex> lock(io_m);
+        std::unique_lock<std::timed_mutex> lock(io_m);
         next_connect = SteadyClock::now();
         io_id = std::this_thread::get_id();
         bool listen_failed = false;
@@ -1228,8 +1251,9 @@ struct ContendServiceFactory::Core final : detail::Io {
     // I/O state: the I/O thread's, guarded by io_m. The I/O thread holds it
     // except while it sleeps in poll(); a caller's thread takes it to start
     // or stop a service itself (a round trip without two thread hand-offs).
-    // Lock order: io_m -> ServiceCore::m -> Executor::m.
-    std::mutex io_m;
+    // Lock order: io_m -> ServiceCore::m -> Executor::m. Timed: the handle
+    // thread waiting for it runs the statement watchdog meanwhile (lock_io).
+    std::timed_mutex io_m;
     SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
     bool io_done = false;                   // the I/O thread has exited
     bool listen_stale = false;              // dropped by a caller: the I/O thread closes `listen`
@@ -1385,7 +1409,7 @@ protected:
     }
 
     void start_contend_now() override {
-        std::lock_guard<std::mutex> io(core_->io_m);
+        auto io = core_->lock_io();
         if (core_->io_done) throw IllegalStateError("the factory of this service has shut down");
         core_->run_commands();  // what was posted before (an earlier start()) goes first
         core_->io_start(svc_, true);
@@ -1408,7 +1432,7 @@ protected:
         {
             // The release round trip on this thread (the I/O thread sleeps or
             // finishes its batch first).
-            std::lock_guard<std::mutex> io(core_->io_m);
+            auto io = core_->lock_io();
             if (!core_->io_done) {
                 core_->run_commands();  // what was posted before (the start() this stops) goes first
                 core_->io_stop(svc_);

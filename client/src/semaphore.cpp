@@ -67,18 +67,17 @@ struct Permit::State {
                 s->on_lost = nullptr;
                 s->callback_thread = std::this_thread::get_id();
             }
-            try {
-                cb();
-            } catch (const std::exception& e) {
-                log(LogLevel::error, std::string("on_lost threw: ") + e.what());
-            } catch (...) {
-                log(LogLevel::error, "on_lost threw a non-std exception");
-            }
-            {
-                std::lock_guard<std::mutex> lock(s->m);
-                s->callback_thread = {};
-            }
-            s->callback_done.notify_all();
+            struct Done {  // also when cb throws (the handle thread logs it)
+                State& s;
+                ~Done() {
+                    {
+                        std::lock_guard<std::mutex> lock(s.m);
+                        s.callback_thread = {};
+                    }
+                    s.callback_done.notify_all();
+                }
+            } done{*s};
+            cb();
         });
     }
 

@@ -469,7 +469,9 @@ TEST(KilledConnection, AFrozenBackendCostsNoMoreThanAStatementDeadline) {
     // are accepted, nothing answers, the server's statement_timeout cannot
     // fire). The watchdog drops the connection at the statement deadline,
     // the factory reconnects, its owners own again and stop() of another
-    // service returns, all while the backend is still stopped.
+    // service returns, all while the backend is still stopped; so does a
+    // stop() called from a callback on the handle thread, where the
+    // watchdog's own check would run.
     LogCapture logs;
     auto db = admin();
     simba::pg::ContendServiceFactory factory("", test_options("frozen"));
@@ -480,10 +482,19 @@ TEST(KilledConnection, AFrozenBackendCostsNoMoreThanAStatementDeadline) {
     auto sa = factory.create(a, lease(1000ms, 1000ms));
     auto sb = factory.create(b, lease(1000ms, 1000ms));
     auto sc = factory.create(c, lease(10000ms, 5000ms));
+    auto sd = factory.create(std::make_shared<Recorder>(unique_name("frozen-d"), "D"), lease(10000ms, 5000ms));
+    std::atomic<bool> stopped_in_callback{false};
+    a->hook = [&](bool acquired, const MutexState&) {
+        if (!acquired && sd->running()) {  // A's lease ran out while the renewal hangs
+            sd->stop();
+            stopped_in_callback = true;
+        }
+    };
     sa->start();
     sb->start();
     sc->start();
-    ASSERT_TRUE(eventually([&] { return sa->is_owner() && sb->is_owner() && sc->is_owner(); }, 10s));
+    sd->start();
+    ASSERT_TRUE(eventually([&] { return sa->is_owner() && sb->is_owner() && sc->is_owner() && sd->is_owner(); }, 10s));
     EXPECT_EQ(factory.statement_timeout(), 1000ms);  // half the shortest lease
     int pid = 0;
     {
@@ -502,6 +513,7 @@ TEST(KilledConnection, AFrozenBackendCostsNoMoreThanAStatementDeadline) {
     const auto t0 = SteadyClock::now();
     // The next statement hangs; the watchdog cuts it 1.5 s after it was sent.
     ASSERT_TRUE(eventually([&] { return logs.count_containing("got no answer within 1500 ms") >= 1; }, 10s));
+    ASSERT_TRUE(eventually([&] { return stopped_in_callback.load(); }, 10s));
     ASSERT_TRUE(eventually([&] { return factory.connected() && sa->is_owner() && sb->is_owner(); }, 10s));
     const auto t1 = SteadyClock::now();
     sc->stop();
