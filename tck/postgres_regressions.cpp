@@ -32,7 +32,15 @@ using simba::tck::eventually;
 TEST(PostgresRegression, OverdueLeaseExpiryRunsBeforeALaterOnAcquired) {
     const auto backend = simba::tck::postgres_backend();
     const std::string tag = "kb" + std::to_string(::getpid());
-    auto factory = backend.make_factory(tag);
+    // A factory of the tag's role (make_factory creates and grants it) with
+    // lock_timeout off: A's renewal must stay stuck behind the row lock. With
+    // lock_timeout it fails and retries, and A may take the mutex back
+    // before B once the lock goes.
+    (void)backend.make_factory(tag);
+    pg::FactoryOptions options;
+    options.application_name = tag;
+    options.lock_timeout = 0ms;
+    auto factory = std::make_unique<pg::ContendServiceFactory>("user=regress_simba_tck_" + tag, options);
     const auto m = "known-bug-order-" + ContenderId::uuid();
 
     std::mutex om;

@@ -109,6 +109,7 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::start() {
+    std::lock_guard<std::mutex> call(call_m_);
     if (worker_.joinable()) throw IllegalStateError("Scheduler already started");
     {
         std::lock_guard<std::mutex> lock(state_->m);
@@ -120,6 +121,7 @@ void Scheduler::start() {
 }
 
 void Scheduler::stop() {
+    std::lock_guard<std::mutex> call(call_m_);
     std::thread worker;
     {
         std::lock_guard<std::mutex> lock(state_->m);

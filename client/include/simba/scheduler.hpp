@@ -45,6 +45,7 @@ public:
     Scheduler& operator=(const Scheduler&) = delete;
 
     /// Starts contending (status machine as MutexContendService::start).
+    /// start() and stop() are safe to call from any threads at once.
     void start();
     /// Cancels further runs, waits for a running work item to finish, then
     /// stops contending: leadership is released only after that item, so the
@@ -61,6 +62,7 @@ public:
 private:
     std::shared_ptr<State> state_;
     std::unique_ptr<MutexContendService> service_;
+    std::mutex call_m_;  // start() and stop() one at a time: the worker is theirs
     std::thread worker_;
 };
 
