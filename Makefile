@@ -4,12 +4,13 @@
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
+#   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench chaos valgrind
+.PHONY: test deps demo psql bench chaos valgrind tsan
 test:
 	@test/run-tests.sh
 demo:
@@ -20,6 +21,8 @@ chaos:
 	@test/chaos/long.sh
 valgrind:
 	@test/valgrind/run.sh
+tsan:
+	@test/tsan/run.sh
 psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:

@@ -50,15 +50,24 @@ done
 # cluster under valgrind memcheck (make valgrind, about 3 minutes)
 run_pg_suite valgrind test/valgrind/run.sh
 
-# C++: client (unit, integration, examples), TCK, SQL fuzzer
-if [ -d build ]; then
+# Runs a command that ends in ctest, echoing its output; counts ctest's
+# closing "N tests failed out of M" line (one failure if there is none).
+run_ctest_suite() { # name command...
+  local name=$1 log line total nbad; shift
   log=$(mktemp)
-  ctest --test-dir build --output-on-failure --timeout 300 2>&1 | tee "$log" || true
+  "$@" 2>&1 | tee "$log" || true
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || echo "0 tests failed out of 1")
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   nbad=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
-  tally ctest $((total - nbad)) "$nbad"
+  tally "$name" $((total - nbad)) "$nbad"
   rm -f "$log"
+}
+# C++: client (unit, integration, examples), TCK, SQL fuzzer
+if [ -d build ]; then
+  run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300
+  # the client's unit and PostgreSQL tests again, built with ThreadSanitizer
+  # on a cluster of their own (make tsan, about 4 minutes with the build)
+  run_ctest_suite tsan test/tsan/run.sh
 fi
 
 echo

@@ -899,13 +899,16 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// Takes io_m for a caller's round trip. On the handle thread (stop()
     /// from a callback) the queued watchdog check cannot run while we wait,
     /// so we run it: a frozen statement on the I/O thread cannot hold us.
-    std::unique_lock<std::timed_mutex> lock_io() {
-        std::unique_lock<std::timed_mutex> lock(io_m, std::defer_lock);
+    std::unique_lock<std::mutex> lock_io() {
+        std::unique_lock<std::mutex> lock(io_m, std::defer_lock);
         if (!executor.on_this_thread()) {
             lock.lock();
             return lock;
         }
-        while (!lock.try_lock_for(milliseconds(20))) cut_overdue_statement();
+        while (!lock.try_lock()) {
+            cut_overdue_statement();
+            std::this_thread::sleep_for(milliseconds(5));
+        }
         return lock;
     }
 
@@ -1117,7 +1120,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void io_main() {
-        std::unique_lock<std::timed_mutex> lock(io_m);
+        std::unique_lock<std::mutex> lock(io_m);
         next_connect = SteadyClock::now();
         io_id = std::this_thread::get_id();
         bool listen_failed = false;
@@ -1251,9 +1254,9 @@ struct ContendServiceFactory::Core final : detail::Io {
     // I/O state: the I/O thread's, guarded by io_m. The I/O thread holds it
     // except while it sleeps in poll(); a caller's thread takes it to start
     // or stop a service itself (a round trip without two thread hand-offs).
-    // Lock order: io_m -> ServiceCore::m -> Executor::m. Timed: the handle
-    // thread waiting for it runs the statement watchdog meanwhile (lock_io).
-    std::timed_mutex io_m;
+    // Lock order: io_m -> ServiceCore::m -> Executor::m. The handle thread
+    // waiting for it runs the statement watchdog meanwhile (lock_io).
+    std::mutex io_m;
     SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
     bool io_done = false;                   // the I/O thread has exited
     bool listen_stale = false;              // dropped by a caller: the I/O thread closes `listen`

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make tsan`: the client's unit and PostgreSQL tests built with
+# ThreadSanitizer and run against a throwaway cluster (test/with-cluster.sh).
+# Fails if a test fails or ThreadSanitizer reports anything (a race, a lock
+# order inversion): halt_on_error makes a report fail its test. About 4
+# minutes on 2 cores, most of it the build. See README.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/tsan
+
+if [ "${1:-}" != --suites ]; then
+  test/install-deps.sh
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  make -s -j2 SIMBA_CLI=no
+  $sudo make -s install SIMBA_CLI=no >/dev/null
+  cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
+    -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
+    -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+  cmake --build "$build" -j2 --target simba_unit_tests simba_pg_tests
+  exec test/with-cluster.sh "$0" --suites
+fi
+
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+ctest --test-dir "$build" -R '^(unit|pg\.)' -E ThousandServices --output-on-failure --timeout 300
