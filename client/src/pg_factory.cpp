@@ -50,6 +50,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "executor.hpp"
 #include "lease.hpp"
 #include "metrics_cell.hpp"
 #include "pg_io.hpp"
@@ -64,110 +65,6 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 namespace {
-
-// ---------------------------------------------------------------- executor
-
-/// The handle thread: a FIFO of tasks plus timed tasks (lease deadlines).
-class Executor {
-public:
-    Executor() {
-        thread_ = std::thread([this] { run(); });
-        id_ = thread_.get_id();
-    }
-    ~Executor() { shutdown(); }
-
-    /// False once shut down (the task is dropped).
-    bool post(std::function<void()> fn) {
-        std::lock_guard<std::mutex> lock(m_);
-        if (closed_) return false;
-        queue_.push_back(std::move(fn));
-        cv_.notify_one();
-        return true;
-    }
-    bool post_at(SteadyClock::time_point at, std::function<void()> fn) {
-        std::lock_guard<std::mutex> lock(m_);
-        if (closed_) return false;
-        // The thread sleeps until the earliest task: wake it only if this one is earlier.
-        const bool earliest = timed_.empty() || at < timed_.top().at;
-        timed_.push(Timed{at, seq_++, std::move(fn)});
-        if (earliest) cv_.notify_one();
-        return true;
-    }
-    bool on_this_thread() const { return std::this_thread::get_id() == id_; }
-
-    /// Runs what is queued (not the timed tasks), then stops the thread.
-    void shutdown() {
-        {
-            std::lock_guard<std::mutex> lock(m_);
-            closed_ = true;
-            cv_.notify_one();
-        }
-        if (!thread_.joinable()) return;
-        if (on_this_thread())
-            thread_.detach();  // last reference dropped by a callback: the loop exits by itself
-        else
-            thread_.join();
-    }
-
-private:
-    struct Timed {
-        SteadyClock::time_point at;
-        std::uint64_t seq;
-        std::function<void()> fn;
-        bool operator>(const Timed& o) const { return at != o.at ? at > o.at : seq > o.seq; }
-    };
-
-    void run() {
-        std::unique_lock<std::mutex> lock(m_);
-        for (;;) {
-            // Due timed tasks (lease deadlines) go first: a callback queued
-            // after a deadline passed (another service's on_acquired) must
-            // not run before that deadline's on_released.
-            if (!closed_ && !timed_.empty() && timed_.top().at <= SteadyClock::now()) {
-                auto fn = std::move(const_cast<Timed&>(timed_.top()).fn);
-                timed_.pop();
-                lock.unlock();
-                safe_run(fn);
-                lock.lock();
-                continue;
-            }
-            if (!queue_.empty()) {
-                auto fn = std::move(queue_.front());
-                queue_.pop_front();
-                lock.unlock();
-                safe_run(fn);
-                lock.lock();
-                continue;
-            }
-            if (closed_) return;
-            if (timed_.empty()) {
-                cv_.wait(lock);
-            } else {
-                const auto at = timed_.top().at;  // a copy: the heap may reallocate while we wait
-                cv_.wait_until(lock, at);
-            }
-        }
-    }
-
-    static void safe_run(std::function<void()>& fn) {
-        try {
-            fn();
-        } catch (const std::exception& e) {
-            log(LogLevel::error, std::string("handle thread task threw: ") + e.what());
-        } catch (...) {
-            log(LogLevel::error, "handle thread task threw a non-std exception");
-        }
-    }
-
-    std::mutex m_;
-    std::condition_variable cv_;
-    std::deque<std::function<void()>> queue_;
-    std::priority_queue<Timed, std::vector<Timed>, std::greater<Timed>> timed_;
-    std::uint64_t seq_ = 0;
-    bool closed_ = false;
-    std::thread::id id_;
-    std::thread thread_;
-};
 
 std::string quote_conninfo_value(const std::string& v) {
     std::string out = "'";
@@ -1227,7 +1124,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::string conninfo;
     std::string listen_info;  // empty: poll only
 
-    Executor executor;
+    detail::Executor executor;
 
     // The statement watchdog (watch_begin): guarded by watch_m.
     std::mutex watch_m;

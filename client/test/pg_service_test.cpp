@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <future>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -214,6 +215,33 @@ TEST(Handoff, AnOwnerHearsItsForcedReleaseAtOnce) {
 }
 
 // ------------------------------------------------------------ concurrency
+
+TEST(Concurrency, ACallbackMayDropTheLastReferenceToItsFactory) {
+    // on_acquired destroys its own service and then the factory: the
+    // factory's handle thread is destroyed from inside its own task and must
+    // finish it on state that is still alive (the make tsan build reports a
+    // use after free otherwise); the lock is released on the server.
+    auto db = admin();
+    const auto m = unique_name("lastref");
+    auto factory = std::make_unique<simba::pg::ContendServiceFactory>("", test_options("lastref"));
+    auto a = std::make_shared<Recorder>(m, "A");
+    std::unique_ptr<MutexContendService> sa = factory->create(a, lease(1000ms, 500ms));
+    std::promise<void> started, done;
+    auto go = started.get_future().share();
+    auto finished = done.get_future();
+    a->hook = [&, go](bool acquired, const MutexState&) {
+        if (!acquired || !factory) return;
+        go.wait();        // start() has returned on the test's thread
+        sa.reset();       // stop() from the callback: releases, runs on_released here
+        factory.reset();  // the last reference to the factory's core
+        done.set_value();
+    };
+    sa->start();
+    started.set_value();
+    ASSERT_EQ(finished.wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(a->released_count(), 1);
+    EXPECT_TRUE(eventually([&] { return owner_of(*db, m).empty(); }, 5s));
+}
 
 TEST(Concurrency, StartStopFromManyThreadsOnARealService) {
     LogCapture logs;
