@@ -150,7 +150,7 @@ struct Table {
 // ------------------------------------------------------------ libpq
 
 /// The client library's acquire and release statements (kAcquireSql and
-/// kReleaseSql of client/src/pg_factory.cpp; keep them in step): the owner
+/// kReleaseSql of client/src/statements.cpp; keep them in step): the owner
 /// row with its times as epoch microseconds, mutex in column 0, owner_id in 1.
 inline const char* const kClientAcquireSql =
     "SELECT o.mutex, o.owner_id,"

@@ -25,7 +25,7 @@
 //   simba_call  (diagnostic) SELECT simba_acquire(...) without FROM
 // Further diagnostics, run only when named in --only (pair mode unless noted):
 //   simba_client     the client library's own statement (kAcquireSql of
-//                    client/src/pg_factory.cpp: every column, times as
+//                    client/src/statements.cpp: every column, times as
 //                    extract(epoch ...) microseconds); pair and renew
 //   simba_nonotify   simba_acquire + the extension's release UPDATE as plain
 //                    SQL on simba_mutex, no pg_notify (simba / this = the
@@ -256,7 +256,7 @@ std::vector<Variant> variants() {
                  nullptr});
     v.push_back({"floor_nonotify", "pair", false, with_plain_release(floor_prepare, "bench_floor"), floor_acq, rel_nn,
                  nullptr});
-    // What the client library sends (client/src/pg_factory.cpp kAcquireSql, kReleaseSql).
+    // What the client library sends (client/src/statements.cpp kAcquireSql, kReleaseSql).
     auto client_prepare = [](Ctx& c) {
         c.pg->prepare("acq", kClientAcquireSql);
         c.pg->prepare("rel", kClientReleaseSql);

@@ -20,17 +20,17 @@
 // the I/O thread holds it except while it sleeps in poll(), and a thread
 // calling start_and_wait() or stop() takes it to do that service's round
 // trip itself. ServiceCore::m guards a service's ownership state and its
-// pending callbacks; Executor::m guards the handle queue; Core::cmd_m the
-// command queue; watch_m the statement watchdog. Lock order: io_m ->
-// ServiceCore::m -> Executor::m, io_m -> watch_m -> Executor::m, and
-// Core::metrics_m -> ServiceCore::m (metrics()). No thread holds a lock while
-// running a callback. Metrics counters are relaxed atomics
-// (metrics_cell.hpp), bumped where the state they count changes.
+// pending callbacks; the Executor's mutex its queues (executor.hpp);
+// Core::cmd_m the command queue; the StatementWatchdog's the statement in
+// flight (statement_watchdog.hpp). Lock order: io_m -> ServiceCore::m ->
+// Executor, io_m -> StatementWatchdog -> Executor, and Core::metrics_m ->
+// ServiceCore::m (metrics()). No thread holds a lock while running a
+// callback. Metrics counters are relaxed atomics (metrics_cell.hpp), bumped
+// where the state they count changes.
 
 #include <libpq-fe.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,11 +50,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "conninfo.hpp"
 #include "executor.hpp"
 #include "lease.hpp"
 #include "metrics_cell.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
+#include "statement_watchdog.hpp"
+#include "statements.hpp"
 #include "simba/factory.hpp"
 #include "simba/log.hpp"
 
@@ -64,132 +67,7 @@ using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-namespace {
-
-std::string quote_conninfo_value(const std::string& v) {
-    std::string out = "'";
-    for (char c : v) {
-        if (c == '\'' || c == '\\') out += '\\';
-        out += c;
-    }
-    return out + "'";
-}
-
-/// The user's connection string (key=value or URI) rebuilt as key=value with
-/// our defaults added where the user set nothing.
-std::string build_conninfo(const std::string& user, FactoryOptions& o) {
-    char* err = nullptr;
-    PQconninfoOption* opts = PQconninfoParse(user.c_str(), &err);
-    if (!opts) {
-        std::string msg = err ? err : "invalid connection string";
-        if (err) PQfreemem(err);
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-        throw InvalidArgumentError(msg, "22023");
-    }
-    std::map<std::string, std::string> kv;
-    for (auto* p = opts; p->keyword; ++p)
-        if (p->val) kv[p->keyword] = p->val;
-    PQconninfoFree(opts);
-    kv.emplace("application_name", o.application_name);
-    o.application_name = kv["application_name"];  // the name in effect
-    kv.emplace("connect_timeout", std::to_string(std::max(2, o.connect_timeout_s)));
-    kv.emplace("keepalives", "1");
-    kv.emplace("keepalives_idle", std::to_string(o.keepalives_idle_s));
-    kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval_s));
-    kv.emplace("keepalives_count", std::to_string(o.keepalives_count));
-    kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout_ms));
-    std::string out;
-    for (auto& [k, v] : kv) {
-        if (!out.empty()) out += ' ';
-        out += k + "=" + quote_conninfo_value(v);
-    }
-    return out;
-}
-
-/// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
-/// statement connection's; empty for "none" (poll only).
-std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {
-    if (o.listen_conninfo == "none") return {};
-    return build_conninfo(o.listen_conninfo.empty() ? user : o.listen_conninfo, o);
-}
-
-std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
-
-/// A PostgreSQL array literal of `items`, every element quoted.
-template <typename T, typename F>
-std::string array_literal(const std::vector<T>& items, F&& element) {
-    std::string out = "{";
-    for (const auto& it : items) {
-        if (out.size() > 1) out += ',';
-        out += '"';
-        for (char c : element(it)) {
-            if (c == '"' || c == '\\') out += '\\';
-            out += c;
-        }
-        out += '"';
-    }
-    return out + "}";
-}
-
-// The owner row as the client reads it: times as epoch microseconds. A
-// tenure belongs to an id and the role that took it (extension 1.3): another
-// role holding our own id reads as "role:id", so it never looks like ours.
-#define SIMBA_OWNER_COLUMNS(id)                                                 \
-    "o.mutex,"                                                                  \
-    " CASE WHEN o.owner_role <> current_user AND o.owner_id = " id              \
-    " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"              \
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"                     \
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"                          \
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"                   \
-    " o.version, o.fence,"                                                      \
-    " (extract(epoch FROM o.current_at) * 1000000)::int8"
-
-const char* const kAcquireSql =
-    "SELECT " SIMBA_OWNER_COLUMNS("$2")
-    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
-    " $4::int8 * interval '1 microsecond') AS o";
-// Many attempts in one statement, in array order (the client sorts them by
-// mutex name, so batches of different processes lock rows in one order and
-// cannot deadlock each other); column 8 = the attempt's 1-based index.
-const char* const kAcquireBatchSql =
-    "SELECT " SIMBA_OWNER_COLUMNS("a.id") ", a.i"
-    " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS a(mutex, id, ttl, tr, i),"
-    " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
-    " a.tr * interval '1 microsecond') AS o";
-#undef SIMBA_OWNER_COLUMNS
-const char* const kReleaseSql = "SELECT simba_release($1, $2)";
-
-/// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
-/// PREPARE fails (e.g. permission denied on first use), but still throws the
-/// matching class: recover the code from the class then.
-std::string sqlstate_of(const std::exception& e) {
-    auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
-    if (!sql) return {};
-    if (!sql->sqlstate().empty()) return sql->sqlstate();
-    if (dynamic_cast<const pqxx::insufficient_privilege*>(&e)) return "42501";
-    if (dynamic_cast<const pqxx::undefined_function*>(&e)) return "42883";
-    if (dynamic_cast<const pqxx::undefined_table*>(&e)) return "42P01";
-    if (dynamic_cast<const pqxx::undefined_column*>(&e)) return "42703";
-    if (dynamic_cast<const pqxx::syntax_error*>(&e)) return "42601";
-    if (dynamic_cast<const pqxx::data_exception*>(&e)) return "22000";
-    return {};
-}
-
-MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor) {
-    MutexOwner o;
-    o.mutex = r[0].is_null() ? mutex : r[0].as<std::string>();
-    o.owner_id = r[1].is_null() ? std::string() : r[1].as<std::string>();
-    o.acquired_at = microseconds(micros_or_zero(r[2]));
-    o.ttl_at = microseconds(micros_or_zero(r[3]));
-    o.transition_at = microseconds(micros_or_zero(r[4]));
-    o.version = r[5].is_null() ? 0 : r[5].as<std::int64_t>();
-    o.fence = r[6].is_null() ? 0 : r[6].as<std::int64_t>();
-    o.current_at = microseconds(micros_or_zero(r[7]));
-    o.anchor = anchor;
-    return o;
-}
-
-}  // namespace
+using namespace detail;
 
 // ------------------------------------------------------------ service core
 
@@ -429,7 +307,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 return;
             }
             try {
-                StatementWatch watch(*this, stmt->sock());
+                auto watch = watchdog.watch(stmt->sock());
                 fn(*stmt);
                 statement_ok();
             } catch (const std::exception& e) {
@@ -595,7 +473,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
         if (might_own && up) {
             try {
-                StatementWatch watch(*this, stmt->sock());
+                auto watch = watchdog.watch(stmt->sock());
                 pqxx::nontransaction tx(*stmt);
                 bool released = (options.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
                                                 : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
@@ -654,7 +532,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto anchor = SteadyClock::now();
         count_statement(1);
         try {
-            StatementWatch watch(*this, stmt->sock());
+            auto watch = watchdog.watch(stmt->sock());
             pqxx::nontransaction tx(*stmt);
             const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
             const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
@@ -694,7 +572,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             const auto trs =
                 array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.transition.count()); });
             count_statement(batch.size());
-            StatementWatch watch(*this, stmt->sock());
+            auto watch = watchdog.watch(stmt->sock());
             pqxx::nontransaction tx(*stmt);
             auto rows = options.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs)
                                        : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs);
@@ -723,74 +601,11 @@ struct ContendServiceFactory::Core final : detail::Io {
             }
     }
 
-    // ------------------------------------------------- statement watchdog
-    //
-    // No network wait without a deadline: a statement that has not answered
-    // statement_timeout and a half after it was sent (a frozen backend, a
-    // stuck pooler, a blackholed server: TCP accepts the bytes and nothing
-    // answers, so the server's own statement_timeout cannot fire) has its
-    // socket shut down by the handle thread. The blocked libpq call returns,
-    // the connection counts as lost, and the I/O thread reconnects (libpq
-    // tries the next host of a multi-host string). One check is queued at a
-    // time, re-armed like the lease checks.
-
-    struct StatementWatch {
-        Core& core;
-        StatementWatch(Core& c, int fd) : core(c) { core.watch_begin(fd); }
-        ~StatementWatch() { core.watch_end(); }
-        StatementWatch(const StatementWatch&) = delete;
-        StatementWatch& operator=(const StatementWatch&) = delete;
-    };
-
+    /// How long a statement sent now may take before the watchdog cuts it:
+    /// statement_timeout and a half (at least 100 ms more).
     SteadyClock::duration statement_deadline() const {
         const milliseconds t(stmt_timeout_ms.load());
         return t + std::max(milliseconds(100), t / 2);
-    }
-
-    void watch_begin(int fd) {
-        std::lock_guard<std::mutex> lock(watch_m);
-        watch_fd = fd;
-        watch_until = SteadyClock::now() + statement_deadline();
-        arm_watch_locked();
-    }
-
-    void watch_end() {
-        std::lock_guard<std::mutex> lock(watch_m);
-        watch_fd = -1;
-    }
-
-    void arm_watch_locked() {
-        if (watch_check_at != SteadyClock::time_point{} && watch_check_at <= watch_until) return;
-        const auto at = watch_until;
-        if (executor.post_at(at, [this, at] { watch_check(at); })) watch_check_at = at;
-    }
-
-    void watch_check(SteadyClock::time_point at) {
-        {
-            std::lock_guard<std::mutex> lock(watch_m);
-            if (watch_check_at == at) watch_check_at = {};
-            if (watch_fd < 0) return;
-            if (SteadyClock::now() < watch_until) {
-                arm_watch_locked();
-                return;
-            }
-        }
-        cut_overdue_statement();
-    }
-
-    /// Shuts down the socket of the statement in flight if it is past its
-    /// deadline.
-    void cut_overdue_statement() {
-        {
-            std::lock_guard<std::mutex> lock(watch_m);
-            if (watch_fd < 0 || SteadyClock::now() < watch_until) return;
-            // Shut down, not closed: the fd stays the I/O thread's to close.
-            ::shutdown(watch_fd, SHUT_RDWR);
-            watch_fd = -1;
-        }
-        log(LogLevel::error, "a statement got no answer within " +
-                                 std::to_string(duration_cast<milliseconds>(statement_deadline()).count()) +
-                                 " ms (frozen backend or unreachable server): dropping the connection");
     }
 
     /// Takes io_m for a caller's round trip. On the handle thread (stop()
@@ -803,7 +618,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             return lock;
         }
         while (!lock.try_lock()) {
-            cut_overdue_statement();
+            watchdog.cut_overdue();
             std::this_thread::sleep_for(milliseconds(5));
         }
         return lock;
@@ -917,7 +732,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
                 listen->inhibit_reactivation(true);
 #pragma GCC diagnostic pop
-                StatementWatch watch(*this, listen->sock());
+                auto watch = watchdog.watch(listen->sock());
                 receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
             }
             connects.fetch_add(1);
@@ -952,7 +767,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto ms = stmt_timeout_ms.load();
         if (ms == applied_timeout_ms) return;
         const auto lock_ms = std::min<std::int64_t>(options.lock_timeout.count(), ms);
-        StatementWatch watch(*this, stmt->sock());
+        auto watch = watchdog.watch(stmt->sock());
         pqxx::nontransaction tx(*stmt);
         tx.exec0("SET statement_timeout = " + std::to_string(ms) + "; SET lock_timeout = " + std::to_string(lock_ms));
         applied_timeout_ms = ms;
@@ -1124,13 +939,8 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::string conninfo;
     std::string listen_info;  // empty: poll only
 
-    detail::Executor executor;
-
-    // The statement watchdog (watch_begin): guarded by watch_m.
-    std::mutex watch_m;
-    int watch_fd = -1;                          // socket of the statement in flight; -1: none
-    SteadyClock::time_point watch_until{};      // its deadline
-    SteadyClock::time_point watch_check_at{};   // a check is queued for then ({}: none)
+    Executor executor;
+    StatementWatchdog watchdog{executor, [this] { return statement_deadline(); }};
 
     // Commands from other threads.
     std::mutex cmd_m;

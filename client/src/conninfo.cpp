@@ -1,0 +1,59 @@
+#include "conninfo.hpp"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <map>
+
+#include "simba/errors.hpp"
+
+namespace simba::pg::detail {
+
+namespace {
+
+std::string quote_conninfo_value(const std::string& v) {
+    std::string out = "'";
+    for (char c : v) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+}  // namespace
+
+std::string build_conninfo(const std::string& user, FactoryOptions& o) {
+    char* err = nullptr;
+    PQconninfoOption* opts = PQconninfoParse(user.c_str(), &err);
+    if (!opts) {
+        std::string msg = err ? err : "invalid connection string";
+        if (err) PQfreemem(err);
+        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        throw InvalidArgumentError(msg, "22023");
+    }
+    std::map<std::string, std::string> kv;
+    for (auto* p = opts; p->keyword; ++p)
+        if (p->val) kv[p->keyword] = p->val;
+    PQconninfoFree(opts);
+    kv.emplace("application_name", o.application_name);
+    o.application_name = kv["application_name"];  // the name in effect
+    kv.emplace("connect_timeout", std::to_string(std::max(2, o.connect_timeout_s)));
+    kv.emplace("keepalives", "1");
+    kv.emplace("keepalives_idle", std::to_string(o.keepalives_idle_s));
+    kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval_s));
+    kv.emplace("keepalives_count", std::to_string(o.keepalives_count));
+    kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout_ms));
+    std::string out;
+    for (auto& [k, v] : kv) {
+        if (!out.empty()) out += ' ';
+        out += k + "=" + quote_conninfo_value(v);
+    }
+    return out;
+}
+
+std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {
+    if (o.listen_conninfo == "none") return {};
+    return build_conninfo(o.listen_conninfo.empty() ? user : o.listen_conninfo, o);
+}
+
+}  // namespace simba::pg::detail

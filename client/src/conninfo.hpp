@@ -1,0 +1,19 @@
+// simba client (internal): the connection strings a factory uses: the
+// user's (key=value or URI) rebuilt with the factory's defaults added where
+// the user set nothing.
+#pragma once
+
+#include <string>
+
+#include "simba/factory.hpp"
+
+namespace simba::pg::detail {
+
+/// The statement connection's string; sets o.application_name to the name in
+/// effect. Throws InvalidArgumentError (22023) for a malformed string.
+std::string build_conninfo(const std::string& user, FactoryOptions& o);
+/// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
+/// statement connection's; empty for "none" (poll only).
+std::string listen_conninfo_for(const std::string& user, FactoryOptions o);
+
+}  // namespace simba::pg::detail

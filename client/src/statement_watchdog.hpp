@@ -1,0 +1,58 @@
+// simba client (internal): no network wait without a deadline. A statement
+// that has not answered `allowance` after it was sent (a frozen backend, a
+// stuck pooler, a blackholed server: TCP accepts the bytes and nothing
+// answers, so the server's own statement_timeout cannot fire) has its socket
+// shut down from the handle thread. The blocked libpq call then returns, the
+// connection counts as lost and the I/O thread reconnects (libpq tries the
+// next host of a multi-host string). One check is queued at a time and
+// re-armed, like the lease checks.
+#pragma once
+
+#include <functional>
+#include <mutex>
+
+#include "executor.hpp"
+
+namespace simba::pg::detail {
+
+class StatementWatchdog {
+public:
+    /// Checks run on `executor`; `allowance()` is how long a statement sent
+    /// now may take.
+    StatementWatchdog(Executor& executor, std::function<SteadyClock::duration()> allowance)
+        : executor_(executor), allowance_(std::move(allowance)) {}
+
+    /// Watches the statement about to be sent on socket `fd` for as long as
+    /// it lives.
+    class Watch {
+    public:
+        Watch(StatementWatchdog& w, int fd) : w_(w) { w_.begin(fd); }
+        ~Watch() { w_.end(); }
+        Watch(const Watch&) = delete;
+        Watch& operator=(const Watch&) = delete;
+
+    private:
+        StatementWatchdog& w_;
+    };
+    [[nodiscard]] Watch watch(int fd) { return Watch(*this, fd); }
+
+    /// Shuts down the socket of the statement in flight if it is past its
+    /// deadline (for a thread that waits on the I/O thread where the queued
+    /// check cannot run: the handle thread itself).
+    void cut_overdue();
+
+private:
+    void begin(int fd);
+    void end();
+    void arm_locked();
+    void check(SteadyClock::time_point at);
+
+    Executor& executor_;
+    std::function<SteadyClock::duration()> allowance_;
+    std::mutex m_;                      // guards the rest; order: before Executor's
+    int fd_ = -1;                       // socket of the statement in flight; -1: none
+    SteadyClock::time_point until_{};   // its deadline
+    SteadyClock::time_point check_at_{};  // a check is queued for then ({}: none)
+};
+
+}  // namespace simba::pg::detail

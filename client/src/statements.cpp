@@ -1,0 +1,71 @@
+#include "statements.hpp"
+
+namespace simba::pg::detail {
+
+using std::chrono::microseconds;
+
+namespace {
+
+std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
+
+}  // namespace
+
+// The owner row as the client reads it: times as epoch microseconds. A
+// tenure belongs to an id and the role that took it (extension 1.3): another
+// role holding our own id reads as "role:id", so it never looks like ours.
+#define SIMBA_OWNER_COLUMNS(id)                                                 \
+    "o.mutex,"                                                                  \
+    " CASE WHEN o.owner_role <> current_user AND o.owner_id = " id              \
+    " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"              \
+    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"                     \
+    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"                          \
+    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"                   \
+    " o.version, o.fence,"                                                      \
+    " (extract(epoch FROM o.current_at) * 1000000)::int8"
+
+const char* const kAcquireSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("$2")
+    " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
+    " $4::int8 * interval '1 microsecond') AS o";
+// Many attempts in one statement, in array order (the client sorts them by
+// mutex name, so batches of different processes lock rows in one order and
+// cannot deadlock each other); column 8 = the attempt's 1-based index.
+const char* const kAcquireBatchSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("a.id") ", a.i"
+    " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS a(mutex, id, ttl, tr, i),"
+    " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
+    " a.tr * interval '1 microsecond') AS o";
+#undef SIMBA_OWNER_COLUMNS
+const char* const kReleaseSql = "SELECT simba_release($1, $2)";
+
+/// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
+/// PREPARE fails (e.g. permission denied on first use), but still throws the
+/// matching class: recover the code from the class then.
+std::string sqlstate_of(const std::exception& e) {
+    auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+    if (!sql) return {};
+    if (!sql->sqlstate().empty()) return sql->sqlstate();
+    if (dynamic_cast<const pqxx::insufficient_privilege*>(&e)) return "42501";
+    if (dynamic_cast<const pqxx::undefined_function*>(&e)) return "42883";
+    if (dynamic_cast<const pqxx::undefined_table*>(&e)) return "42P01";
+    if (dynamic_cast<const pqxx::undefined_column*>(&e)) return "42703";
+    if (dynamic_cast<const pqxx::syntax_error*>(&e)) return "42601";
+    if (dynamic_cast<const pqxx::data_exception*>(&e)) return "22000";
+    return {};
+}
+
+MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor) {
+    MutexOwner o;
+    o.mutex = r[0].is_null() ? mutex : r[0].as<std::string>();
+    o.owner_id = r[1].is_null() ? std::string() : r[1].as<std::string>();
+    o.acquired_at = microseconds(micros_or_zero(r[2]));
+    o.ttl_at = microseconds(micros_or_zero(r[3]));
+    o.transition_at = microseconds(micros_or_zero(r[4]));
+    o.version = r[5].is_null() ? 0 : r[5].as<std::int64_t>();
+    o.fence = r[6].is_null() ? 0 : r[6].as<std::int64_t>();
+    o.current_at = microseconds(micros_or_zero(r[7]));
+    o.anchor = anchor;
+    return o;
+}
+
+}  // namespace simba::pg::detail

@@ -1,0 +1,43 @@
+// simba client (internal): the SQL the factory sends and how it reads the
+// answers: the owner row, server times as epoch microseconds, SQLSTATEs.
+#pragma once
+
+#include <exception>
+#include <pqxx/pqxx>
+#include <string>
+#include <vector>
+
+#include "simba/owner.hpp"
+
+namespace simba::pg::detail {
+
+/// simba_acquire($1 mutex, $2 id, $3 ttl µs, $4 transition µs): one owner row.
+extern const char* const kAcquireSql;
+/// Many attempts in one statement ($1..$4 arrays); column 8 = the attempt's
+/// 1-based index.
+extern const char* const kAcquireBatchSql;
+/// simba_release($1 mutex, $2 id): true if it was the holder.
+extern const char* const kReleaseSql;
+
+/// A PostgreSQL array literal of `items`, every element quoted.
+template <typename T, typename F>
+std::string array_literal(const std::vector<T>& items, F&& element) {
+    std::string out = "{";
+    for (const auto& it : items) {
+        if (out.size() > 1) out += ',';
+        out += '"';
+        for (char c : element(it)) {
+            if (c == '"' || c == '\\') out += '\\';
+            out += c;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+/// SQLSTATE of a libpqxx error ("" if none).
+std::string sqlstate_of(const std::exception& e);
+/// An owner row of kAcquireSql / kAcquireBatchSql, for a request sent at `anchor`.
+MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor);
+
+}  // namespace simba::pg::detail
