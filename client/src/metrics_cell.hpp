@@ -1,6 +1,6 @@
 // simba client (internal): the live counters behind simba::Metrics. One cell
-// per (mutex, contender id) of a factory, shared by the services of that id
-// (folded into contender "" when the last of them is destroyed);
+// per (mutex, contender id) of a factory (MetricCells), shared by the
+// services of that id (folded into contender "" when the last is destroyed);
 // updated with relaxed atomics from the I/O and handle threads, read by
 // ContendServiceFactory::metrics() without stopping them.
 #pragma once
@@ -9,7 +9,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "simba/metrics.hpp"
 
@@ -87,6 +92,50 @@ struct MetricsCell {
         m.handoff_latency = handoff_latency.snapshot();
         return m;
     }
+};
+
+/// The cells of one factory: one per (mutex, contender id) while a service
+/// of that id exists. When the last of them is destroyed, its counters fold
+/// into the mutex's cell of contender "" (departed contenders), so a process
+/// that makes a Locker per job keeps one series per mutex, not one per job.
+class MetricCells {
+public:
+    /// The cell of a new service of (mutex, id).
+    std::shared_ptr<MetricsCell> track(const std::string& mutex, const std::string& id) {
+        std::lock_guard<std::mutex> lock(m_);
+        auto& e = entry(mutex, id);
+        ++e.services;
+        return e.cell;
+    }
+    /// A service of (mutex, id) is gone.
+    void untrack(const std::string& mutex, const std::string& id) {
+        std::lock_guard<std::mutex> lock(m_);
+        auto it = cells_.find({mutex, id});
+        if (it == cells_.end() || --it->second.services > 0) return;
+        entry(mutex, "").cell->add(*it->second.cell);
+        cells_.erase(it);
+    }
+    /// Every cell's counters, sorted by (mutex, contender); gauges unset.
+    std::vector<MutexMetrics> snapshot() const {
+        std::lock_guard<std::mutex> lock(m_);
+        std::vector<MutexMetrics> out;
+        out.reserve(cells_.size());
+        for (auto& [key, e] : cells_) out.push_back(e.cell->snapshot());
+        return out;
+    }
+
+private:
+    struct Entry {
+        std::shared_ptr<MetricsCell> cell;
+        int services = 0;
+    };
+    Entry& entry(const std::string& mutex, const std::string& id) {
+        auto& e = cells_[{mutex, id}];
+        if (!e.cell) e.cell = std::make_shared<MetricsCell>(mutex, id);
+        return e;
+    }
+    mutable std::mutex m_;
+    std::map<std::pair<std::string, std::string>, Entry> cells_;
 };
 
 }  // namespace simba::detail

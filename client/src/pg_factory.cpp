@@ -54,6 +54,7 @@
 #include "executor.hpp"
 #include "lease.hpp"
 #include "metrics_cell.hpp"
+#include "notify_counts.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "statement_watchdog.hpp"
@@ -333,30 +334,11 @@ struct ContendServiceFactory::Core final : detail::Io {
         return executor.post_at(at, std::move(fn));
     }
 
-    void watch(const std::string& name) override {
-        std::lock_guard<std::mutex> lock(notify_m);
-        ++notify_counts[name].watchers;
-    }
-
-    void unwatch(const std::string& name) override {
-        std::lock_guard<std::mutex> lock(notify_m);
-        auto it = notify_counts.find(name);
-        if (it != notify_counts.end() && --it->second.watchers <= 0) notify_counts.erase(it);
-    }
-
-    std::uint64_t notifications(const std::string& name) override {
-        std::lock_guard<std::mutex> lock(notify_m);
-        auto it = notify_counts.find(name);
-        return it == notify_counts.end() ? 0 : it->second.count;
-    }
-
-    bool wait_notification(const std::string& name, std::uint64_t seen,
-                           SteadyClock::time_point until) override {
-        std::unique_lock<std::mutex> lock(notify_m);
-        return simba::wait_until(notify_cv, lock, until, [&] {
-            auto it = notify_counts.find(name);
-            return it != notify_counts.end() && it->second.count != seen;
-        });
+    void watch(const std::string& name) override { notify_counts.watch(name); }
+    void unwatch(const std::string& name) override { notify_counts.unwatch(name); }
+    std::uint64_t notifications(const std::string& name) override { return notify_counts.count(name); }
+    bool wait_notification(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) override {
+        return notify_counts.wait_change(name, seen, until);
     }
 
     /// A library error for a failed statement, with the server's SQLSTATE.
@@ -797,15 +779,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             notified.clear();
             return false;
         }
-        {
-            // Counted only for names someone asked about (the semaphore).
-            std::lock_guard<std::mutex> lock(notify_m);
-            for (auto& name : notified) {
-                auto it = notify_counts.find(name);
-                if (it != notify_counts.end()) ++it->second.count;
-            }
-        }
-        notify_cv.notify_all();
+        notify_counts.add(notified);  // for the names someone waits on (the semaphore)
         // Most releases are of mutexes nobody here waits for (our own
         // included): those need no io_m, so they never hold up a caller.
         std::lock_guard<std::mutex> lock(names_m);
@@ -988,52 +962,18 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks;
     std::uint64_t task_seq = 0;
 
-    // NOTIFY counts per watched name (detail::Io::watch), dropped with the
-    // last watcher.
-    struct NotifyCount {
-        std::uint64_t count = 0;
-        int watchers = 0;
-    };
-    std::mutex notify_m;
-    std::condition_variable notify_cv;
-    std::unordered_map<std::string, NotifyCount> notify_counts;
+    NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
 
-    // Metrics: one cell per (mutex, contender id) while a service of that id
-    // exists; when the last one is destroyed its counters fold into the
-    // mutex's cell of contender "" (departed contenders), so a process that
-    // makes a Locker per job keeps one series per mutex, not one per job.
-    // The services for the gauges. Guarded by metrics_m.
-    struct CellEntry {
-        std::shared_ptr<simba::detail::MetricsCell> cell;
-        int services = 0;
-    };
+    // Metrics: the cells (metrics_cell.hpp), and the services for the
+    // gauges, guarded by metrics_m.
+    simba::detail::MetricCells cells;
     std::mutex metrics_m;
-    std::map<std::pair<std::string, std::string>, CellEntry> metric_cells;
     std::vector<std::weak_ptr<ServiceCore>> metric_services;
     std::size_t metric_prune_at = 64;
 
-    static CellEntry& cell_of(std::map<std::pair<std::string, std::string>, CellEntry>& cells,
-                              const std::string& mutex, const std::string& id) {
-        auto& e = cells[{mutex, id}];
-        if (!e.cell) e.cell = std::make_shared<simba::detail::MetricsCell>(mutex, id);
-        return e;
-    }
-
-    /// The service `svc` is gone: its cell folds into the departed one when
-    /// it was the last of its (mutex, id).
-    void untrack(const ServicePtr& svc) {
-        std::lock_guard<std::mutex> lock(metrics_m);
-        auto it = metric_cells.find({svc->mutex, svc->id});
-        if (it == metric_cells.end() || --it->second.services > 0) return;
-        cell_of(metric_cells, svc->mutex, "").cell->add(*it->second.cell);
-        metric_cells.erase(it);
-    }
-
     void track(const ServicePtr& svc) {
+        svc->metrics = cells.track(svc->mutex, svc->id);
         std::lock_guard<std::mutex> lock(metrics_m);
-        auto& e = cell_of(metric_cells, svc->mutex, svc->id);
-        ++e.services;
-        svc->metrics = e.cell;
         if (metric_services.size() >= metric_prune_at) {  // drop destroyed services, amortized O(1)
             metric_services.erase(std::remove_if(metric_services.begin(), metric_services.end(),
                                                  [](const std::weak_ptr<ServiceCore>& w) { return w.expired(); }),
@@ -1043,18 +983,21 @@ struct ContendServiceFactory::Core final : detail::Io {
         metric_services.push_back(svc);
     }
 
+    /// The service `svc` is gone.
+    void untrack(const ServicePtr& svc) { cells.untrack(svc->mutex, svc->id); }
+
     Metrics metrics_snapshot() {
         Metrics out;
         out.acquire_statements = acquire_statements.load(std::memory_order_relaxed);
         out.acquire_calls = acquire_calls.load(std::memory_order_relaxed);
+        out.mutexes = cells.snapshot();
         std::lock_guard<std::mutex> lock(metrics_m);
-        for (auto& [key, e] : metric_cells) out.mutexes.push_back(e.cell->snapshot());  // sorted by the map
         for (auto& w : metric_services) {
             auto s = w.lock();
             if (!s) continue;
             std::lock_guard<std::mutex> slock(s->m);
             if (!s->lease.owns(SteadyClock::now())) continue;
-            // out.mutexes is sorted by (mutex, contender): the map's order.
+            // out.mutexes is sorted by (mutex, contender).
             auto it = std::lower_bound(out.mutexes.begin(), out.mutexes.end(), std::tie(s->mutex, s->id),
                                        [](const MutexMetrics& m, const std::tuple<const std::string&, const std::string&>& k) {
                                            return std::tie(m.mutex, m.contender) < k;
