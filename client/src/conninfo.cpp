@@ -20,21 +20,37 @@ std::string quote_conninfo_value(const std::string& v) {
     return out + "'";
 }
 
-}  // namespace
+using Params = std::map<std::string, std::string>;
 
-std::string build_conninfo(const std::string& user, FactoryOptions& o) {
+Params parse(const std::string& conninfo) {
     char* err = nullptr;
-    PQconninfoOption* opts = PQconninfoParse(user.c_str(), &err);
+    PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
     if (!opts) {
         std::string msg = err ? err : "invalid connection string";
         if (err) PQfreemem(err);
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         throw InvalidArgumentError(msg, "22023");
     }
-    std::map<std::string, std::string> kv;
+    Params kv;
     for (auto* p = opts; p->keyword; ++p)
         if (p->val) kv[p->keyword] = p->val;
     PQconninfoFree(opts);
+    return kv;
+}
+
+std::string render(const Params& kv) {
+    std::string out;
+    for (auto& [k, v] : kv) {
+        if (!out.empty()) out += ' ';
+        out += k + "=" + quote_conninfo_value(v);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string build_conninfo(const std::string& user, FactoryOptions& o) {
+    Params kv = parse(user);
     kv.emplace("application_name", o.application_name);
     o.application_name = kv["application_name"];  // the name in effect
     kv.emplace("connect_timeout", std::to_string(std::max(2, o.connect_timeout_s)));
@@ -43,12 +59,24 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o) {
     kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval_s));
     kv.emplace("keepalives_count", std::to_string(o.keepalives_count));
     kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout_ms));
-    std::string out;
-    for (auto& [k, v] : kv) {
-        if (!out.empty()) out += ' ';
-        out += k + "=" + quote_conninfo_value(v);
-    }
-    return out;
+    return render(kv);
+}
+
+std::string pin_host(const std::string& conninfo, const char* host, const char* port) {
+    if (!host || !*host) return conninfo;
+    Params kv = parse(conninfo);
+    kv["host"] = host;
+    kv.erase("hostaddr");  // a list of them would no longer match the one host
+    if (port && *port) kv["port"] = port;
+    return render(kv);
+}
+
+int host_count(const std::string& conninfo) {
+    Params kv = parse(conninfo);
+    auto it = kv.find("host");
+    if (it == kv.end()) it = kv.find("hostaddr");
+    if (it == kv.end()) return 1;
+    return 1 + static_cast<int>(std::count(it->second.begin(), it->second.end(), ','));
 }
 
 std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {

@@ -15,5 +15,10 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o);
 /// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
 /// statement connection's; empty for "none" (poll only).
 std::string listen_conninfo_for(const std::string& user, FactoryOptions o);
+/// `conninfo` with its host (and port, when given) replaced by this one:
+/// where a connection that came before it landed.
+std::string pin_host(const std::string& conninfo, const char* host, const char* port);
+/// How many hosts a connection string lists (1 when it names none).
+int host_count(const std::string& conninfo);
 
 }  // namespace simba::pg::detail

@@ -53,6 +53,7 @@
 #include "conninfo.hpp"
 #include "executor.hpp"
 #include "lease.hpp"
+#include "listen_connection.hpp"
 #include "metrics_cell.hpp"
 #include "notify_counts.hpp"
 #include "pg_io.hpp"
@@ -132,6 +133,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
         if (options.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
         if (options.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
+        if (options.listen_ping_interval.count() <= 0)
+            throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (wake_fd < 0) throw Error("eventfd failed");
         backoff = options.reconnect_initial;
@@ -383,13 +386,6 @@ struct ContendServiceFactory::Core final : detail::Io {
             return s && s->timer_gen == gen && s->io_active ? s : nullptr;
         }
         bool operator>(const Timer& o) const { return at != o.at ? at > o.at : seq > o.seq; }
-    };
-
-    struct Receiver final : pqxx::notification_receiver {
-        Receiver(pqxx::connection_base& c, std::vector<std::string>& out)
-            : pqxx::notification_receiver(c, "simba"), out_(out) {}
-        void operator()(const std::string& payload, int) override { out_.push_back(payload); }
-        std::vector<std::string>& out_;
     };
 
     void schedule(const ServicePtr& svc, SteadyClock::time_point at) {
@@ -648,25 +644,26 @@ struct ContendServiceFactory::Core final : detail::Io {
         return lost;
     }
 
+    /// Both connections go: the LISTEN one must follow the statement one to
+    /// whichever server it reaches next (a failover).
     void drop_connections() {
-        if (std::this_thread::get_id() == io_id) {
-            receiver.reset();
-            listen.reset();
-        } else {
+        if (std::this_thread::get_id() == io_id)
+            close_listen();
+        else
             listen_stale = true;  // the I/O thread may be reading it: it drops it itself
-        }
         stmt.reset();
         open_connections.store(0);
         set_up(false);
     }
 
+    /// `up`: the statement connection; connected() also needs LISTEN ready.
     void set_up(bool v) {
+        up = v;
         {
             std::lock_guard<std::mutex> lock(state_m);
-            up_flag = v;
+            up_flag = v && (listen_info.empty() || listen_ready);
         }
         state_cv.notify_all();
-        up = v;
     }
 
     void connection_lost() {
@@ -690,12 +687,23 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// from reconnect_initial again.
     void statement_ok() { backoff = options.reconnect_initial; }
 
-    void connect() {
+    /// Connects the statement connection without io_m (callers' stop()
+    /// meanwhile finds the factory down and returns at once; libpq bounds
+    /// the wait with connect_timeout per host), then sets it up under io_m.
+    void connect(std::unique_lock<std::mutex>& io_lock) {
+        std::unique_ptr<pqxx::connection> fresh;
+        std::string failure;
+        io_lock.unlock();
         try {
-            int opened = 0;
-            stmt = std::make_unique<pqxx::connection>(conninfo);
-            opened = 1;
-            open_connections.store(opened);
+            fresh = std::make_unique<pqxx::connection>(conninfo);
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        io_lock.lock();
+        try {
+            if (!fresh) throw std::runtime_error(failure);
+            stmt = std::move(fresh);
+            open_connections.store(1);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
             stmt->inhibit_reactivation(true);  // a silent reconnect would lose our session settings
@@ -707,18 +715,10 @@ struct ContendServiceFactory::Core final : detail::Io {
                 stmt->prepare("simba_release", kReleaseSql);
                 stmt->prepare("simba_acquire_batch", kAcquireBatchSql);
             }
-            if (!listen_info.empty()) {
-                listen = std::make_unique<pqxx::connection>(listen_info);
-                open_connections.store(2);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-                listen->inhibit_reactivation(true);
-#pragma GCC diagnostic pop
-                auto watch = watchdog.watch(listen->sock());
-                receiver = std::make_unique<Receiver>(*listen, notified);  // LISTEN simba
-            }
             connects.fetch_add(1);
             set_up(true);
+            listen_backoff = options.reconnect_initial;
+            open_listen();
             log(LogLevel::info, "connected (" + std::to_string(services.size()) + " services)");
             // Resume: every running service attempts now.
             auto now = SteadyClock::now();
@@ -764,21 +764,58 @@ struct ContendServiceFactory::Core final : detail::Io {
         for (auto& fn : batch) fn();
     }
 
-    /// Reads the NOTIFYs that arrived, without io_m: only the I/O thread
-    /// reads or replaces `listen`. Returns false if the connection failed.
-    /// Leaves in `notified` the names some service of ours contends for.
-    bool read_notifications() {
+    // ------------------------------------------------------ LISTEN connection
+
+    /// Opens the LISTEN connection (I/O thread, io_m held). With the same
+    /// connection string as statements it goes to the server the statement
+    /// connection reached, host and port pinned: a multi-host string must
+    /// not leave it on an old primary, and libpq's async connect does not
+    /// move past a host that hangs.
+    void open_listen() {
+        if (listen_info.empty() || !up) return;
+        std::string info = listen_info;
+        if (options.listen_conninfo.empty()) info = pin_host(info, stmt->hostname(), stmt->port());
+        const auto deadline = std::chrono::seconds(std::max(2, options.connect_timeout_s)) * host_count(info);
+        if (!listen_conn.open(info, SteadyClock::now(), deadline)) listen_failed();
+        open_connections.store(1 + listen_conn.is_open());
+    }
+
+    void close_listen() {
+        listen_conn.close();
+        listen_ready = false;
+        listen_stale = false;
+    }
+
+    /// The LISTEN connection failed or missed a deadline (io_m held): the
+    /// statement connection carries on; LISTEN is retried after a backoff.
+    void listen_failed() {
+        log(LogLevel::error, "LISTEN connection failed: " + listen_conn.error() + "; reconnecting it in " +
+                                 std::to_string(listen_backoff.count()) + " ms (waiters poll meanwhile)");
+        close_listen();
+        set_up(up);
+        listen_retry_at = SteadyClock::now() + listen_backoff;
+        listen_backoff = std::min(listen_backoff * 2, options.reconnect_max);
+        open_connections.store(up ? 1 : 0);
+    }
+
+    /// LISTEN is in place (io_m held). Every service attempts once more:
+    /// a release (or an admin's force release) committed before LISTEN took
+    /// effect sent a NOTIFY this factory never got.
+    void listen_became_ready() {
+        listen_ready = true;
+        listen_backoff = options.reconnect_initial;
+        set_up(up);
+        auto now = SteadyClock::now();
+        for (auto& s : services) schedule(s, now);
+    }
+
+    /// Advances the LISTEN connection after a wake-up, without io_m: only
+    /// the I/O thread touches it. Leaves in `notified` the names some
+    /// service of ours contends for; returns false if it failed.
+    bool step_listen(short revents) {
         notified.clear();
-        try {
-            listen->get_notifs();
-            if (!listen->is_open()) throw pqxx::broken_connection("LISTEN connection closed");
-        } catch (const std::exception& e) {
-            std::string msg = e.what();
-            while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-            log(LogLevel::error, "LISTEN connection failed: " + msg);
-            notified.clear();
+        if (!listen_conn.step(SteadyClock::now(), revents, statement_deadline(), options.listen_ping_interval, notified))
             return false;
-        }
         notify_counts.add(notified);  // for the names someone waits on (the semaphore)
         // Most releases are of mutexes nobody here waits for (our own
         // included): those need no io_m, so they never hold up a caller.
@@ -809,16 +846,16 @@ struct ContendServiceFactory::Core final : detail::Io {
         std::unique_lock<std::mutex> lock(io_m);
         next_connect = SteadyClock::now();
         io_id = std::this_thread::get_id();
-        bool listen_failed = false;
+        bool listen_broke = false;
         for (;;) {
             if (listen_stale) {  // a caller's thread lost the connection
-                receiver.reset();
-                listen.reset();
-                listen_stale = false;
-            } else if (listen_failed) {
-                connection_lost();
+                close_listen();
+            } else if (listen_broke) {
+                listen_failed();
+            } else if (!listen_ready && listen_conn.ready()) {
+                listen_became_ready();
             }
-            listen_failed = false;
+            listen_broke = false;
             if (up && !notified.empty()) handle_notifications();
             notified.clear();
             run_commands();
@@ -829,9 +866,10 @@ struct ContendServiceFactory::Core final : detail::Io {
             run_due_tasks();
             auto now = SteadyClock::now();
             if (!up && now >= next_connect) {
-                connect();
+                connect(lock);
                 continue;
             }
+            if (up && !listen_conn.is_open() && now >= listen_retry_at) open_listen();
             // Due attempts: one batch, then commands and notifications again.
             if (up && !timers.empty() && timers.top().at <= now) {
                 auto batch = due_batch();
@@ -844,19 +882,23 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (up && !timers.empty()) until = std::min(until, timers.top().at);
             if (!up) until = std::min(until, next_connect);
             if (!tasks.empty()) until = std::min(until, tasks.top().at);
+            if (up && !listen_info.empty() && !listen_conn.is_open()) until = std::min(until, listen_retry_at);
+            until = std::min(until, listen_conn.next_step(options.listen_ping_interval));
             auto wait = duration_cast<milliseconds>(until - now);
             if (until > now && wait.count() == 0) wait = milliseconds(1);
-            const int lsock = (up && listen) ? listen->sock() : -1;
             poll_until = now + wait;
             // Callers may do I/O work while this thread sleeps (start_now, stop).
             lock.unlock();
             // NOTIFYs for mutexes nobody here waits for (our own releases
             // among them) do not take io_m: sleep on, out of callers' way.
             for (;;) {
+                const bool was_ready = listen_conn.ready();
+                until = std::min(until, listen_conn.next_step(options.listen_ping_interval));
                 auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
-                auto woke = poll_once(lsock, left.count());
-                if (woke.listen) listen_failed = !read_notifications();
-                if (!woke.listen || woke.other || listen_failed || !notified.empty()) break;
+                auto woke = poll_once(listen_conn.sock(), listen_conn.events(), left.count());
+                listen_broke = !step_listen(woke.revents);
+                if (!woke.listen || woke.other || listen_broke || !notified.empty() || listen_conn.ready() != was_ready)
+                    break;
             }
             lock.lock();
             poll_until = {};
@@ -874,16 +916,17 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     struct Woke {
-        bool listen = false;  // `lsock` is readable
+        bool listen = false;  // `lsock` is ready
+        short revents = 0;    // its poll() events
         bool other = false;   // woken (wake()), or the timeout passed
     };
 
-    /// Sleeps until woken, `lsock` is readable or the timeout.
-    Woke poll_once(int lsock, std::int64_t timeout_ms) {
+    /// Sleeps until woken, `lsock` is ready for `events` or the timeout.
+    Woke poll_once(int lsock, short events, std::int64_t timeout_ms) {
         pollfd fds[2];
         int n = 0;
         fds[n++] = pollfd{wake_fd, POLLIN, 0};
-        if (lsock >= 0) fds[n++] = pollfd{lsock, POLLIN, 0};
+        if (lsock >= 0) fds[n++] = pollfd{lsock, events, 0};
         timeout_ms = std::clamp<std::int64_t>(timeout_ms, 0, 60000);
         int rc = ::poll(fds, n, static_cast<int>(timeout_ms));
         Woke w;
@@ -896,7 +939,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
             w.other = true;
         }
-        w.listen = n > 1 && fds[1].revents;
+        w.revents = n > 1 ? fds[1].revents : 0;
+        w.listen = w.revents != 0;
         return w;
     }
 
@@ -940,7 +984,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::mutex io_m;
     SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
     bool io_done = false;                   // the I/O thread has exited
-    bool listen_stale = false;              // dropped by a caller: the I/O thread closes `listen`
+    std::atomic<bool> listen_stale{false};  // dropped by a caller: the I/O thread closes the LISTEN connection
     std::thread::id io_id;
     // The mutexes of running services, for filtering NOTIFYs without io_m
     // (changed under io_m and names_m, read under names_m).
@@ -948,8 +992,10 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::unordered_map<std::string, int> names;
     bool up = false;
     std::unique_ptr<pqxx::connection> stmt;
-    std::unique_ptr<pqxx::connection> listen;
-    std::unique_ptr<Receiver> receiver;
+    ListenConnection listen_conn;           // the I/O thread's alone (read while it sleeps, without io_m)
+    std::atomic<bool> listen_ready{false};  // LISTEN in place (written by the I/O thread)
+    SteadyClock::time_point listen_retry_at{};
+    milliseconds listen_backoff{100};
     std::vector<std::string> notified;
     std::int64_t applied_timeout_ms = -1;
     SteadyClock::time_point next_connect{};

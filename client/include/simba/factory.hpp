@@ -85,6 +85,12 @@ struct FactoryOptions {
     /// statement_timeout and a half, past which the factory drops the
     /// connection and reconnects, even to a server whose TCP still answers.
     int tcp_user_timeout_ms = 10000;
+    /// The LISTEN connection is idle by nature, so nothing would notice it
+    /// frozen or blackholed: after this long without an exchange the
+    /// factory sends LISTEN again and drops the connection (and reconnects
+    /// it; waiters poll meanwhile) if no answer comes within the statement
+    /// deadline (statement_timeout and a half).
+    std::chrono::milliseconds listen_ping_interval{5000};
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one

@@ -1,0 +1,261 @@
+// The factory under the network faults production brings, injected by
+// simba_fault_proxy (test/fault_proxy) between the factory and a real
+// server: a blackholed statement connection, a blackholed LISTEN
+// connection, a whole server that stops answering, and a two-host string
+// whose first host hangs. Each test states the bound it holds the factory to
+// (docs/design.md, "Deadlines"). Runs on a cluster of its own that also
+// listens on TCP (SIMBA_CLUSTER_TCP=1), so the proxy's connections can be
+// told apart by port in pg_stat_activity.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "pg_support.hpp"
+
+using namespace simba_test;
+using simba::MutexState;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// One simba_fault_proxy process in front of the test server.
+class FaultProxy {
+public:
+    /// `upstream_port`: the server's TCP port (SIMBA_PG_TCP_PORT).
+    explicit FaultProxy(int upstream_port, bool blackhole = false) {
+        int out[2];
+        if (pipe(out) != 0) throw std::runtime_error("pipe");
+        pid_ = fork();
+        if (pid_ == 0) {
+            dup2(out[1], 1);
+            close(out[0]);
+            const std::string port = std::to_string(upstream_port);
+            if (blackhole)
+                execl(SIMBA_FAULT_PROXY, SIMBA_FAULT_PROXY, "--target-port", port.c_str(), "--blackhole", nullptr);
+            else
+                execl(SIMBA_FAULT_PROXY, SIMBA_FAULT_PROXY, "--target-port", port.c_str(), nullptr);
+            _exit(127);
+        }
+        close(out[1]);
+        FILE* f = fdopen(out[0], "r");
+        if (!f || std::fscanf(f, "ready %d %d", &port_, &control_) != 2)
+            throw std::runtime_error("simba_fault_proxy did not start");
+        std::fclose(f);
+    }
+    ~FaultProxy() {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+    FaultProxy(const FaultProxy&) = delete;
+    FaultProxy& operator=(const FaultProxy&) = delete;
+
+    int port() const { return port_; }
+    std::string conninfo() const { return "host=127.0.0.1 port=" + std::to_string(port_); }
+
+    /// Sends one control command; returns the reply (ends in "ok\n" on success).
+    std::string command(const std::string& line) const {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(control_));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+            close(fd);
+            return "error: control port";
+        }
+        std::string l = line + "\n";
+        [[maybe_unused]] auto n = write(fd, l.data(), l.size());
+        std::string reply;
+        char buf[256];
+        ssize_t r;
+        while ((r = read(fd, buf, sizeof buf)) > 0) reply.append(buf, static_cast<std::size_t>(r));
+        close(fd);
+        return reply;
+    }
+
+private:
+    pid_t pid_ = -1;
+    int port_ = 0, control_ = 0;
+};
+
+long long ms(SteadyClock::duration d) { return duration_cast<milliseconds>(d).count(); }
+
+int tcp_port() {
+    const char* p = std::getenv("SIMBA_PG_TCP_PORT");
+    return p ? std::atoi(p) : 0;
+}
+
+/// The server-side client_ports of the factory's backends: the LISTEN ones
+/// (`listen`) or the statement ones. A hung connection's backend stays
+/// until the server hears of it, so there may be more than one.
+std::vector<int> backend_ports(pqxx::connection& db, const std::string& app, bool listen) {
+    pqxx::nontransaction tx(db);
+    auto r = tx.exec_params("SELECT client_port FROM pg_stat_activity WHERE application_name = $1"
+                            " AND (query LIKE 'LISTEN%') = $2 ORDER BY backend_start",
+                            app, listen);
+    std::vector<int> out;
+    for (const auto& row : r) out.push_back(row[0].as<int>());
+    return out;
+}
+
+simba::pg::FactoryOptions fault_options(const std::string& app) {
+    auto o = test_options(app);
+    o.connect_timeout_s = 2;  // libpq's minimum
+    o.listen_ping_interval = 1000ms;
+    return o;
+}
+
+#define REQUIRE_TCP()                                                                    \
+    if (tcp_port() == 0) FAIL() << "run inside test/with-cluster.sh with SIMBA_CLUSTER_TCP=1"
+
+}  // namespace
+
+TEST(Faults, OwnersOwnAgainWithinALeaseOfAHungStatementConnection) {
+    // The statement connection stops answering; new connections still go
+    // through. The watchdog cuts the hung statement, the factory reconnects
+    // and its owners own again within lease + 2 s of the hang.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), fault_options("hungstmt"));
+    auto a = std::make_shared<Recorder>(unique_name("hungstmt-a"), "A");
+    auto b = std::make_shared<Recorder>(unique_name("hungstmt-b"), "B");
+    auto sa = factory.create(a, lease(1000ms, 1000ms));
+    auto sb = factory.create(b, lease(1000ms, 1000ms));
+    sa->start();
+    sb->start();
+    ASSERT_TRUE(eventually([&] { return sa->is_owner() && sb->is_owner() && factory.connected(); }, 10s));
+    const auto ports = backend_ports(*db, factory.application_name(), false);
+    ASSERT_EQ(ports.size(), 1u);
+    ASSERT_EQ(proxy.command("hang " + std::to_string(ports[0])), "ok\n");
+    const auto t0 = SteadyClock::now();
+    // Both lose their lease (nothing renews it), then own again on a new connection.
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() >= 3; }, 10s));
+    ASSERT_TRUE(b->wait([](auto& ev) { return ev.size() >= 3; }, 10s));
+    const auto back = std::max(a->events()[2].at, b->events()[2].at);
+    EXPECT_TRUE(a->events()[2].acquired && b->events()[2].acquired);
+    EXPECT_GE(factory.connects(), 2u);
+    EXPECT_LE(ms(back - t0), ms(2000ms + 2000ms)) << "owners own again within lease + 2 s of the hang";
+    std::printf("owners again %lld ms after the hang\n", static_cast<long long>(duration_cast<milliseconds>(back - t0).count()));
+    sa->stop();
+    sb->stop();
+}
+
+TEST(Faults, StopIsBoundedByTheStatementDeadlineWhenTheServerStopsAnswering) {
+    // Every connection, and every new one, is blackholed: stop() of a
+    // service and the destructor of a Locker return within the statement
+    // deadline (statement_timeout and a half) + 100 ms, however long the
+    // server stays silent; reconnects meanwhile do not hold callers.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();  // creates the extension
+    auto opts = fault_options("blackholed");
+    opts.statement_timeout = 1000ms;
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), opts);
+    auto a = std::make_shared<Recorder>(unique_name("blackholed-a"), "A");
+    auto c = std::make_shared<Recorder>(unique_name("blackholed-c"), "C");
+    auto sa = factory.create(a, lease(10000ms, 5000ms));
+    auto sc = factory.create(c, lease(10000ms, 5000ms));
+    sa->start();
+    sc->start();
+    ASSERT_TRUE(eventually([&] { return sa->is_owner() && sc->is_owner() && factory.connected(); }, 10s));
+    const auto deadline = factory.statement_timeout() * 3 / 2 + 100ms;
+    ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+    auto t = SteadyClock::now();
+    sc->stop();  // its release hangs until the watchdog cuts it
+    EXPECT_LE(ms(SteadyClock::now() - t), ms(deadline));
+    // The factory now reconnects into the blackhole (connect_timeout 2 s per
+    // attempt): stop() does not wait for that either.
+    ASSERT_TRUE(eventually([&] { return !factory.connected(); }, 5s));
+    t = SteadyClock::now();
+    sa->stop();
+    EXPECT_LE(ms(SteadyClock::now() - t), ms(deadline));
+    {
+        simba::Locker locker(factory, unique_name("blackholed-l"), "L", lease(1000ms, 500ms));
+        t = SteadyClock::now();
+        EXPECT_THROW(locker.acquire(200ms), simba::TimeoutError);
+        EXPECT_LE(ms(SteadyClock::now() - t), ms(200ms + deadline));
+        t = SteadyClock::now();
+    }
+    EXPECT_LE(ms(SteadyClock::now() - t), ms(deadline)) << "~Locker";
+    EXPECT_EQ(proxy.command("pass"), "ok\n");
+}
+
+TEST(Faults, ABlackholedListenConnectionIsReplacedAndPushWakeUpsResume) {
+    // LISTEN is idle by nature: nothing but the factory's ping notices it
+    // hung. Within ping interval + statement deadline (+ reconnect) a new
+    // LISTEN connection is in place, and a release reaches a waiter at once
+    // again instead of at its next poll (a 20 s lease here).
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory owner_factory("", test_options("listen-owner"));
+    auto opts = fault_options("listen-waiter");
+    opts.statement_timeout = 1000ms;
+    simba::pg::ContendServiceFactory waiter_factory(proxy.conninfo(), opts);
+    const auto m = unique_name("hunglisten");
+    auto o = std::make_shared<Recorder>(m, "O");
+    auto w = std::make_shared<Recorder>(m, "W");
+    auto so = owner_factory.create(o, lease(20000ms, 10000ms));
+    auto sw = waiter_factory.create(w, lease(20000ms, 10000ms));
+    so->start();
+    ASSERT_TRUE(eventually([&] { return so->is_owner(); }, 10s));
+    sw->start();
+    ASSERT_TRUE(waiter_factory.wait_connected(10s));
+    const auto listening = backend_ports(*db, waiter_factory.application_name(), true);
+    ASSERT_EQ(listening.size(), 1u);
+    const int hung = listening[0];
+    ASSERT_EQ(proxy.command("hang " + std::to_string(hung)), "ok\n");
+    const auto t0 = SteadyClock::now();
+    // A LISTEN backend of the waiter's other than the hung one.
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto ports = backend_ports(*db, waiter_factory.application_name(), true);
+            return !ports.empty() && ports.back() != hung && waiter_factory.connected();
+        },
+        10s));
+    const auto replaced = SteadyClock::now() - t0;
+    EXPECT_LE(ms(replaced), ms(opts.listen_ping_interval + 1500ms + 1000ms)) << "ping interval + deadline + reconnect";
+    EXPECT_EQ(waiter_factory.connects(), 1u) << "the statement connection carried on";
+    const auto t1 = SteadyClock::now();
+    so->stop();
+    ASSERT_TRUE(w->wait([](auto& ev) { return !ev.empty(); }, 15s));
+    EXPECT_LE(ms(w->events()[0].at - t1), ms(2000ms)) << "push wake-up, not the next poll";
+    std::printf("LISTEN replaced %lld ms after the hang; handoff %lld ms\n",
+                static_cast<long long>(duration_cast<milliseconds>(replaced).count()),
+                static_cast<long long>(duration_cast<milliseconds>(w->events()[0].at - t1).count()));
+    sw->stop();
+}
+
+TEST(Faults, ATwoHostStringMovesPastAFirstHostThatHangs) {
+    // The first host accepts and never answers; libpq gives it
+    // connect_timeout and goes on to the second, which the factory reaches
+    // within connect_timeout + 1 s, LISTEN included.
+    REQUIRE_TCP();
+    FaultProxy hanging(tcp_port(), true);
+    auto db = admin();  // creates the extension
+    auto opts = fault_options("twohost");
+    const auto t0 = SteadyClock::now();
+    simba::pg::ContendServiceFactory factory("host=127.0.0.1,127.0.0.1 port=" + std::to_string(hanging.port()) + "," +
+                                                 std::to_string(tcp_port()),
+                                             opts);
+    ASSERT_TRUE(factory.wait_connected(10s));
+    const auto took = SteadyClock::now() - t0;
+    EXPECT_GE(ms(took), ms(std::chrono::seconds(opts.connect_timeout_s) - 100ms)) << "the first host was tried";
+    EXPECT_LE(ms(took), ms(std::chrono::seconds(opts.connect_timeout_s) + 1000ms));
+    std::printf("second host reached in %lld ms\n", static_cast<long long>(duration_cast<milliseconds>(took).count()));
+    auto a = std::make_shared<Recorder>(unique_name("twohost"), "A");
+    auto sa = factory.create(a, lease(1000ms, 500ms));
+    sa->start();
+    EXPECT_TRUE(eventually([&] { return sa->is_owner(); }, 5s));
+    sa->stop();
+}
