@@ -40,18 +40,29 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         std::lock_guard<std::mutex> lock(call_mutex_);
         if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
         in_use_ = true;
+        starting_ = true;
     }
     const auto until = bounded ? deadline : SteadyClock::time_point::max();
     bool ok;
     std::int64_t fence = 0;
+    auto started = [this] {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        starting_ = false;
+        started_.notify_all();
+    };
     try {
-        ok = service_->start_and_wait(until);
+        // Start (an attempt's round trip, no waiting for the lock), then wait.
+        ok = service_->start_and_wait(SteadyClock::time_point{});
+        started();
+        if (!ok) ok = service_->wait_owner(until);
         // Owner when the wait ended, but a lease can end before fence() reads
         // it: never return with fence 0, wait for the next tenure instead.
         while (ok && (fence = service_->fence()) == 0) ok = service_->wait_owner(until);
     } catch (...) {
         std::lock_guard<std::mutex> lock(call_mutex_);
         in_use_ = false;
+        starting_ = false;
+        started_.notify_all();
         throw;
     }
     if (!ok) {
@@ -65,6 +76,12 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
 }
 
 void Locker::release() {
+    {
+        // A start in progress (STARTING) cannot be stopped: wait for it, so
+        // its lock is released below instead of taken after we return.
+        std::unique_lock<std::mutex> lock(call_mutex_);
+        started_.wait(lock, [this] { return !starting_; });
+    }
     if (service_->status() == Status::RUNNING) service_->stop();
     std::lock_guard<std::mutex> lock(call_mutex_);
     in_use_ = false;

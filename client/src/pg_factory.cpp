@@ -326,6 +326,10 @@ struct ContendServiceFactory::Core final : detail::Io {
         return simba::wait_until(state_cv, lock, until, [&] { return up_flag; });
     }
 
+    void while_waiting() override {
+        if (executor.on_this_thread()) watchdog.cut_overdue();
+    }
+
     bool run_at(SteadyClock::time_point at, std::function<void()> fn) override {
         return post_io([this, at, fn = std::move(fn)]() mutable {
             tasks.push(Task{at, task_seq++, std::move(fn)});
@@ -467,16 +471,22 @@ struct ContendServiceFactory::Core final : detail::Io {
             log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
                                        " while disconnected: the lease will lapse on the server");
         }
-        {
-            std::lock_guard<std::mutex> lock(svc->m);
-            report(svc, svc->lease.stop(SteadyClock::now()), false);
-            svc->active = false;
-            ++svc->stops;
-            svc->owner_cv.notify_all();  // wait_owner() returns: stopped
-        }
+        end_locally(svc);
         svc->last = MutexOwner::none(svc->mutex);
         svc->unknown = false;
         update_statement_timeout();
+    }
+
+    /// Ends `svc`'s contention on this side: its tenure (on_released is
+    /// queued), its callbacks, wait_owner(). Idempotent: stop() from a
+    /// callback calls it before the I/O thread's io_stop() does.
+    void end_locally(const ServicePtr& svc) {
+        std::lock_guard<std::mutex> lock(svc->m);
+        if (!svc->active) return;
+        report(svc, svc->lease.stop(SteadyClock::now()), false);
+        svc->active = false;
+        ++svc->stops;
+        svc->owner_cv.notify_all();  // wait_owner() returns: stopped
     }
 
     /// One attempt of `svc`: renewal if it holds the lease, else a try.
@@ -596,7 +606,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             return lock;
         }
         while (!lock.try_lock()) {
-            watchdog.cut_overdue();
+            while_waiting();
             std::this_thread::sleep_for(milliseconds(5));
         }
         return lock;
@@ -1128,6 +1138,19 @@ protected:
     }
 
     void stop_contend() override {
+        if (core_->executor.on_this_thread()) {
+            // stop() from inside a callback: no I/O on the handle thread,
+            // which runs every service's callbacks and lease deadlines and
+            // the statement watchdog. The tenure ends here and now (its
+            // on_released runs below, before stop() returns); the I/O thread
+            // sends the release to the server.
+            core_->end_locally(svc_);
+            auto core = core_;
+            auto svc = svc_;
+            core_->post_io([core, svc] { core->io_stop(svc); });
+            Core::drain_all(*svc_);
+            return;
+        }
         {
             // The release round trip on this thread (the I/O thread sleeps or
             // finishes its batch first).
@@ -1137,18 +1160,8 @@ protected:
                 core_->io_stop(svc_);
                 core_->wake_if_needed();  // e.g. the connection was lost
             } else {
-                std::lock_guard<std::mutex> lock(svc_->m);
-                (void)svc_->lease.stop(SteadyClock::now());  // no callbacks: the handle thread is gone
-                svc_->active = false;
-                ++svc_->stops;
-                svc_->owner_cv.notify_all();
+                core_->end_locally(svc_);  // no callbacks: the handle thread is gone
             }
-        }
-        if (core_->executor.on_this_thread()) {
-            // stop() from inside a callback: run this service's remaining
-            // callbacks here, now, so none runs after stop() returns.
-            Core::drain_all(*svc_);
-            return;
         }
         {
             std::lock_guard<std::mutex> lock(svc_->m);

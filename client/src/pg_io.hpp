@@ -30,6 +30,11 @@ public:
                      std::function<void(std::exception_ptr)> failed) = 0;
     /// Waits until both connections are up, or `until`; returns whether they are.
     virtual bool wait_connected(SteadyClock::time_point until) = 0;
+    /// Called in a loop while a caller waits for the I/O thread. On the
+    /// handle thread (a callback) it runs the statement watchdog, which
+    /// cannot run there while that thread waits: a hung statement is still
+    /// cut at its deadline.
+    virtual void while_waiting() = 0;
     /// Runs `fn` on the I/O thread at `at` (not before).
     virtual bool run_at(SteadyClock::time_point at, std::function<void()> fn) = 0;
     /// Runs `fn` on the handle thread, where callbacks run: now, or at `at`.

@@ -152,6 +152,7 @@ T call(pg::detail::Io& io, std::function<T(pqxx::connection&)> fn) {
     bool queued = io.run([done, fn](pqxx::connection& c) { done->set_value(fn(c)); },
                          [done](std::exception_ptr e) { done->set_exception(e); });
     if (!queued) throw IllegalStateError("the factory of this semaphore has shut down");
+    while (result.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) io.while_waiting();
     return result.get();
 }
 

@@ -190,6 +190,45 @@ TEST(Faults, StopIsBoundedByTheStatementDeadlineWhenTheServerStopsAnswering) {
     EXPECT_EQ(proxy.command("pass"), "ok\n");
 }
 
+TEST(Faults, ALockerReleasedWhileStartingNeverTakesTheLockAfterwards) {
+    // release() from another thread while acquire() is still starting its
+    // service (its first round trip hangs here): release() waits for the
+    // start and stops the service, so acquire() fails instead of taking the
+    // lock once the server answers again.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    auto opts = fault_options("starting");
+    opts.statement_timeout = 1000ms;
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), opts);
+    ASSERT_TRUE(factory.wait_connected(10s));
+    const auto m = unique_name("starting");
+    simba::Locker locker(factory, m, "L", lease(2000ms, 1000ms));
+    ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+    const auto sent = factory.metrics().acquire_statements;
+    std::atomic<int> outcome{0};  // 1: acquired, 2: IllegalStateError
+    std::thread acquirer([&] {
+        try {
+            locker.acquire();
+            outcome = 1;
+        } catch (const simba::IllegalStateError&) {
+            outcome = 2;
+        }
+    });
+    // The first attempt is on the wire (and hangs): acquire() is starting.
+    ASSERT_TRUE(eventually([&] { return factory.metrics().acquire_statements > sent; }, 5s));
+    locker.release();
+    EXPECT_EQ(proxy.command("pass"), "ok\n");
+    ASSERT_TRUE(eventually([&] { return outcome.load() != 0; }, 10s));
+    acquirer.join();
+    EXPECT_EQ(outcome.load(), 2) << "acquire() gave up: released while acquiring";
+    EXPECT_FALSE(locker.is_owner());
+    // Nobody holds it: a contender on a healthy factory takes it at once.
+    simba::pg::ContendServiceFactory other("", test_options("starting-other"));
+    simba::Locker taker(other, m, "T", lease(2000ms, 1000ms));
+    EXPECT_NO_THROW(taker.acquire(3000ms));
+}
+
 TEST(Faults, ABlackholedListenConnectionIsReplacedAndPushWakeUpsResume) {
     // LISTEN is idle by nature: nothing but the factory's ping notices it
     // hung. Within ping interval + statement deadline (+ reconnect) a new

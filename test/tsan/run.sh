@@ -16,7 +16,7 @@ if [ "${1:-}" != --suites ]; then
   cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
-  cmake --build "$build" -j2 --target simba_unit_tests simba_pg_tests
+  cmake --build "$build" -j2 --target simba_unit_tests simba_pg_tests simba_fault_tests
   exec test/with-cluster.sh "$0" --suites
 fi
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -34,7 +35,11 @@ public:
     /// (measured on the steady clock from the call; spurious wake-ups do not
     /// shorten it). After a timeout the locker is idle and may acquire again.
     void acquire(std::chrono::milliseconds timeout);
-    /// Releases now (idempotent); the destructor calls it.
+    /// Releases now (idempotent); the destructor calls it. Called from
+    /// another thread while acquire() is starting its service, it waits for
+    /// that start (one round trip, bounded by the statement deadline), so
+    /// the lock is never taken after release() returned; that acquire() then
+    /// throws IllegalStateError.
     void release();
 
     /// Still owner (false once the lease was lost or released).
@@ -52,7 +57,9 @@ private:
     std::shared_ptr<Contender> contender_;
     std::unique_ptr<MutexContendService> service_;
     mutable std::mutex call_mutex_;
+    std::condition_variable started_;  // starting_ went false
     bool in_use_ = false;
+    bool starting_ = false;  // acquire() is starting the service (Status::STARTING)
     std::int64_t fence_ = 0;
 };
 
