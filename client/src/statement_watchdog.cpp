@@ -2,16 +2,20 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <string>
 
 #include "simba/log.hpp"
 
 namespace simba::pg::detail {
 
-void StatementWatchdog::begin(int fd) {
+void StatementWatchdog::begin(int fd, SteadyClock::time_point serves_until) {
     std::lock_guard<std::mutex> lock(m_);
     fd_ = fd;
-    until_ = SteadyClock::now() + allowance_();
+    sent_ = SteadyClock::now();
+    // A renewal sent with almost no lease left still gets 100 ms: cutting
+    // sooner would only trade one late reply for a reconnect.
+    until_ = std::min(sent_ + allowance_(), std::max(serves_until, sent_ + std::chrono::milliseconds(100)));
     arm_locked();
 }
 
@@ -40,14 +44,16 @@ void StatementWatchdog::check(SteadyClock::time_point at) {
 }
 
 void StatementWatchdog::cut_overdue() {
+    SteadyClock::duration allowed;
     {
         std::lock_guard<std::mutex> lock(m_);
         if (fd_ < 0 || SteadyClock::now() < until_) return;
         // Shut down, not closed: the fd stays the I/O thread's to close.
         ::shutdown(fd_, SHUT_RDWR);
         fd_ = -1;
+        allowed = until_ - sent_;
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(allowance_()).count();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(allowed).count();
     log(LogLevel::error, "a statement got no answer within " + std::to_string(ms) +
                              " ms (frozen backend or unreachable server): dropping the connection");
 }

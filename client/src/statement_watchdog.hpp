@@ -1,7 +1,9 @@
 // simba client (internal): no network wait without a deadline. A statement
 // that has not answered `allowance` after it was sent (a frozen backend, a
 // stuck pooler, a blackholed server: TCP accepts the bytes and nothing
-// answers, so the server's own statement_timeout cannot fire) has its socket
+// answers, so the server's own statement_timeout cannot fire), or that is
+// still waiting at the earliest lease deadline it serves (a renewal that
+// late proves nothing), has its socket
 // shut down from the handle thread. The blocked libpq call then returns, the
 // connection counts as lost and the I/O thread reconnects (libpq tries the
 // next host of a multi-host string). One check is queued at a time and
@@ -23,10 +25,12 @@ public:
         : executor_(executor), allowance_(std::move(allowance)) {}
 
     /// Watches the statement about to be sent on socket `fd` for as long as
-    /// it lives.
+    /// it lives; its deadline is min(now + allowance, `serves_until`).
     class Watch {
     public:
-        Watch(StatementWatchdog& w, int fd) : w_(w) { w_.begin(fd); }
+        Watch(StatementWatchdog& w, int fd, SteadyClock::time_point serves_until) : w_(w) {
+            w_.begin(fd, serves_until);
+        }
         ~Watch() { w_.end(); }
         Watch(const Watch&) = delete;
         Watch& operator=(const Watch&) = delete;
@@ -34,7 +38,9 @@ public:
     private:
         StatementWatchdog& w_;
     };
-    [[nodiscard]] Watch watch(int fd) { return Watch(*this, fd); }
+    [[nodiscard]] Watch watch(int fd, SteadyClock::time_point serves_until = SteadyClock::time_point::max()) {
+        return Watch(*this, fd, serves_until);
+    }
 
     /// Shuts down the socket of the statement in flight if it is past its
     /// deadline (for a thread that waits on the I/O thread where the queued
@@ -42,7 +48,7 @@ public:
     void cut_overdue();
 
 private:
-    void begin(int fd);
+    void begin(int fd, SteadyClock::time_point serves_until);
     void end();
     void arm_locked();
     void check(SteadyClock::time_point at);
@@ -51,6 +57,7 @@ private:
     std::function<SteadyClock::duration()> allowance_;
     std::mutex m_;                      // guards the rest; order: before Executor's
     int fd_ = -1;                       // socket of the statement in flight; -1: none
+    SteadyClock::time_point sent_{};    // when it was sent
     SteadyClock::time_point until_{};   // its deadline
     SteadyClock::time_point check_at_{};  // a check is queued for then ({}: none)
 };

@@ -121,9 +121,11 @@ simba::pg::FactoryOptions fault_options(const std::string& app) {
 
 TEST(Faults, OwnersOwnAgainWithinALeaseOfAHungStatementConnection) {
     // The statement connection stops answering; new connections still go
-    // through. The watchdog cuts the hung statement, the factory reconnects
-    // and its owners own again within lease + 2 s of the hang.
+    // through. The watchdog cuts the hung renewal at the lease deadline it
+    // serves, the factory reconnects and its owners own again within
+    // lease + 2 s of the hang.
     REQUIRE_TCP();
+    LogCapture logs;
     FaultProxy proxy(tcp_port());
     auto db = admin();
     simba::pg::ContendServiceFactory factory(proxy.conninfo(), fault_options("hungstmt"));
@@ -145,6 +147,10 @@ TEST(Faults, OwnersOwnAgainWithinALeaseOfAHungStatementConnection) {
     EXPECT_TRUE(a->events()[2].acquired && b->events()[2].acquired);
     EXPECT_GE(factory.connects(), 2u);
     EXPECT_LE(ms(back - t0), ms(2000ms + 2000ms)) << "owners own again within lease + 2 s of the hang";
+    // The hung renewal was cut at the lease deadline it served (about 1 s
+    // after it was sent), not at the statement deadline (1.5 s).
+    EXPECT_GE(logs.count_containing("got no answer within"), 1);
+    EXPECT_EQ(logs.count_containing("got no answer within 1500 ms"), 0);
     std::printf("owners again %lld ms after the hang\n", static_cast<long long>(duration_cast<milliseconds>(back - t0).count()));
     sa->stop();
     sb->stop();

@@ -543,8 +543,9 @@ TEST(KilledConnection, AFrozenBackendCostsNoMoreThanAStatementDeadline) {
     } resume{pid};
     if (::kill(pid, SIGSTOP) != 0) GTEST_SKIP() << "cannot signal the backend: " << std::strerror(errno);
     const auto t0 = SteadyClock::now();
-    // The next statement hangs; the watchdog cuts it 1.5 s after it was sent.
-    ASSERT_TRUE(eventually([&] { return logs.count_containing("got no answer within 1500 ms") >= 1; }, 10s));
+    // The next statement hangs; the watchdog cuts it at most 1.5 s after it
+    // was sent (sooner for a renewal: at the lease deadline it serves).
+    ASSERT_TRUE(eventually([&] { return logs.count_containing("got no answer within") >= 1; }, 10s));
     ASSERT_TRUE(eventually([&] { return stopped_in_callback.load(); }, 10s));
     ASSERT_TRUE(eventually([&] { return factory.connected() && sa->is_owner() && sb->is_owner(); }, 10s));
     const auto t1 = SteadyClock::now();

@@ -1,0 +1,217 @@
+#include "connections.hpp"
+
+#include <algorithm>
+
+#include "conninfo.hpp"
+#include "simba/contend_period.hpp"
+#include "simba/log.hpp"
+#include "statements.hpp"
+
+namespace simba::pg::detail {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string trimmed(std::string msg) {
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return msg;
+}
+
+}  // namespace
+
+Connections::Connections(const FactoryOptions& options, std::string conninfo, std::string listen_info,
+                         StatementWatchdog& watchdog)
+    : options_(options),
+      conninfo_(std::move(conninfo)),
+      listen_info_(std::move(listen_info)),
+      watchdog_(watchdog),
+      backoff_(options.reconnect_initial),
+      jitter_rng_(static_cast<std::uint_fast32_t>(ContendPeriod::random_seed())),
+      stmt_timeout_ms_(options.statement_timeout.count()),
+      listen_backoff_(options.reconnect_initial) {}
+
+bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
+    std::unique_ptr<pqxx::connection> fresh;
+    std::string failure;
+    io_lock.unlock();
+    try {
+        fresh = std::make_unique<pqxx::connection>(conninfo_);
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    io_lock.lock();
+    try {
+        if (!fresh) throw std::runtime_error(failure);
+        stmt_ = std::move(fresh);
+        open_.store(1);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        stmt_->inhibit_reactivation(true);  // a silent reconnect would lose our session settings
+#pragma GCC diagnostic pop
+        if (!options_.pooled) {  // a pooler shares the session: no settings, no prepared statements
+            applied_timeout_ms_ = -1;
+            apply_statement_timeout();
+            stmt_->prepare("simba_acquire", kAcquireSql);
+            stmt_->prepare("simba_release", kReleaseSql);
+            stmt_->prepare("simba_acquire_batch", kAcquireBatchSql);
+        }
+        connects_.fetch_add(1);
+        set_up(true);
+        listen_backoff_ = options_.reconnect_initial;
+        open_listen();
+        return true;
+    } catch (const std::exception& e) {
+        drop();
+        const auto wait = next_backoff();
+        log(LogLevel::error,
+            "connect failed: " + trimmed(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
+        return false;
+    }
+}
+
+bool Connections::statement_failed(const std::exception& e, const std::string& what) {
+    const std::string state = sqlstate_of(e);
+    bool lost = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr || state.rfind("08", 0) == 0 ||
+                state.rfind("57P", 0) == 0 || !stmt_ || !stmt_->is_open();
+    std::string msg = what + " failed";
+    if (!state.empty()) msg += " (SQLSTATE " + state + ")";
+    log(LogLevel::error, trimmed(msg + ": " + e.what()));
+    if (lost) this->lost();
+    return lost;
+}
+
+void Connections::lost() {
+    drop();
+    const auto wait = next_backoff();
+    log(LogLevel::error, "connection to the server lost; reconnecting in " + std::to_string(wait.count()) + " ms");
+}
+
+/// Schedules the next connect after a jittered backoff (half to all of it,
+/// so a fleet that lost its server does not return in step) and doubles the
+/// backoff; returns the wait.
+milliseconds Connections::next_backoff() {
+    const auto half = backoff_ / 2;
+    const auto wait = half + milliseconds(static_cast<std::int64_t>(jitter_rng_() % (half.count() + 1)));
+    next_connect_ = SteadyClock::now() + wait;
+    backoff_ = std::min(backoff_ * 2, options_.reconnect_max);
+    return wait;
+}
+
+void Connections::set_statement_timeout(milliseconds t) {
+    stmt_timeout_ms_.store(t.count());
+    if (!up_ || options_.pooled) return;
+    try {
+        apply_statement_timeout();
+    } catch (const std::exception& e) {
+        statement_failed(e, "SET statement_timeout");
+    }
+}
+
+void Connections::apply_statement_timeout() {
+    auto ms = stmt_timeout_ms_.load();
+    if (ms == applied_timeout_ms_) return;
+    const auto lock_ms = std::min<std::int64_t>(options_.lock_timeout.count(), ms);
+    auto watch = watchdog_.watch(stmt_->sock());
+    pqxx::nontransaction tx(*stmt_);
+    tx.exec0("SET statement_timeout = " + std::to_string(ms) + "; SET lock_timeout = " + std::to_string(lock_ms));
+    applied_timeout_ms_ = ms;
+}
+
+SteadyClock::duration Connections::statement_deadline() const {
+    const milliseconds t(stmt_timeout_ms_.load());
+    return t + std::max(milliseconds(100), t / 2);
+}
+
+/// Both go: the LISTEN connection must follow the statement one to
+/// whichever server it reaches next (a failover).
+void Connections::drop() {
+    if (std::this_thread::get_id() == io_id_)
+        close_listen();
+    else
+        listen_stale_ = true;  // the I/O thread may be reading it: it drops it itself
+    stmt_.reset();
+    open_.store(0);
+    set_up(false);
+}
+
+/// up_: the statement connection; connected() also needs LISTEN in place.
+void Connections::set_up(bool v) {
+    up_ = v;
+    {
+        std::lock_guard<std::mutex> lock(state_m_);
+        up_flag_ = v && (listen_info_.empty() || listen_ready_);
+    }
+    state_cv_.notify_all();
+}
+
+bool Connections::connected() const {
+    std::lock_guard<std::mutex> lock(state_m_);
+    return up_flag_;
+}
+
+bool Connections::wait_connected(SteadyClock::time_point until) const {
+    std::unique_lock<std::mutex> lock(state_m_);
+    return simba::wait_until(state_cv_, lock, until, [&] { return up_flag_; });
+}
+
+// ------------------------------------------------------------------ LISTEN
+
+/// With the same connection string as statements, LISTEN goes to the server
+/// the statement connection reached, host and port pinned: a multi-host
+/// string must not leave it on an old primary, and libpq's async connect
+/// does not move past a host that hangs.
+void Connections::open_listen() {
+    if (listen_info_.empty() || !up_) return;
+    std::string info = listen_info_;
+    if (options_.listen_conninfo.empty()) info = pin_host(info, stmt_->hostname(), stmt_->port());
+    const auto deadline = std::chrono::seconds(std::max(2, options_.connect_timeout_s)) * host_count(info);
+    if (!listen_.open(info, SteadyClock::now(), deadline)) listen_failed();
+    open_.store(1 + listen_.is_open());
+}
+
+void Connections::close_listen() {
+    listen_.close();
+    listen_ready_ = false;
+    listen_stale_ = false;
+}
+
+/// LISTEN failed or missed a deadline: the statement connection carries
+/// on; LISTEN is retried after a backoff.
+void Connections::listen_failed() {
+    log(LogLevel::error, "LISTEN connection failed: " + listen_.error() + "; reconnecting it in " +
+                             std::to_string(listen_backoff_.count()) + " ms (waiters poll meanwhile)");
+    close_listen();
+    set_up(up_);
+    listen_retry_at_ = SteadyClock::now() + listen_backoff_;
+    listen_backoff_ = std::min(listen_backoff_ * 2, options_.reconnect_max);
+    open_.store(up_ ? 1 : 0);
+}
+
+bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
+    if (listen_stale_) {  // a caller's thread lost the connections
+        close_listen();
+    } else if (broke) {
+        listen_failed();
+    } else if (!listen_ready_ && listen_.ready()) {
+        listen_ready_ = true;
+        listen_backoff_ = options_.reconnect_initial;
+        set_up(up_);
+        return true;
+    }
+    if (up_ && !listen_info_.empty() && !listen_.is_open() && now >= listen_retry_at_) open_listen();
+    return false;
+}
+
+bool Connections::step_listen(short revents, std::vector<std::string>& payloads) {
+    return listen_.step(SteadyClock::now(), revents, statement_deadline(), options_.listen_ping_interval, payloads);
+}
+
+SteadyClock::time_point Connections::next_wake() const {
+    auto t = listen_.next_step(options_.listen_ping_interval);
+    if (!up_) t = std::min(t, next_connect_);
+    if (up_ && !listen_info_.empty() && !listen_.is_open()) t = std::min(t, listen_retry_at_);
+    return t;
+}
+
+}  // namespace simba::pg::detail

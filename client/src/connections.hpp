@@ -1,0 +1,120 @@
+// simba client (internal): a factory's two connections. The statement
+// connection (libpqxx, blocking statements under the StatementWatchdog)
+// connects without io_m and reconnects with jittered exponential backoff,
+// reset only by a statement that succeeded. The LISTEN connection
+// (listen_connection.hpp, asynchronous) follows it to the same server and
+// fails and reconnects on its own. See docs/design.md, "Bounded waits".
+//
+// I/O state, guarded by the factory's io_m, except where a member says so.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "listen_connection.hpp"
+#include "simba/factory.hpp"
+#include "statement_watchdog.hpp"
+
+namespace simba::pg::detail {
+
+class Connections {
+public:
+    Connections(const FactoryOptions& options, std::string conninfo, std::string listen_info,
+                 StatementWatchdog& watchdog);
+
+    /// The I/O thread: the one that reads the LISTEN connection.
+    void set_io_thread(std::thread::id id) { io_id_ = id; }
+
+    // ------------------------------------------------- statement connection
+    /// Connects (releasing `io_lock` meanwhile: libpq bounds the wait with
+    /// connect_timeout per host), then prepares the session and opens
+    /// LISTEN. Returns whether it is up; on failure the next try is after
+    /// the backoff.
+    bool connect(std::unique_lock<std::mutex>& io_lock);
+    [[nodiscard]] bool up() const { return up_; }
+    /// Time for the next connect attempt (while down).
+    [[nodiscard]] bool connect_due(SteadyClock::time_point now) const { return !up_ && now >= next_connect_; }
+    pqxx::connection& stmt() { return *stmt_; }
+    /// Logs a failed statement; returns true (and drops both connections,
+    /// reconnecting after the backoff) if the connection is lost.
+    bool statement_failed(const std::exception& e, const std::string& what);
+    /// A statement succeeded: the server is really back, reconnects start
+    /// from reconnect_initial again.
+    void statement_ok() { backoff_ = options_.reconnect_initial; }
+    /// statement_timeout for the statements from now on (SET when it changes).
+    void set_statement_timeout(std::chrono::milliseconds t);
+    [[nodiscard]] std::chrono::milliseconds statement_timeout() const {
+        return std::chrono::milliseconds(stmt_timeout_ms_.load());
+    }
+    /// How long a statement sent now may take before the watchdog cuts it:
+    /// statement_timeout and a half (at least 100 ms more). Any thread.
+    [[nodiscard]] SteadyClock::duration statement_deadline() const;
+    /// Closes both (any thread holding io_m).
+    void drop();
+
+    // ---------------------------------------------------- LISTEN connection
+    /// At the top of the I/O loop (io_m held): applies what happened to
+    /// LISTEN while the thread slept (`broke`), retries it when due. Returns
+    /// true when LISTEN has just taken effect: every service should attempt
+    /// once, for the releases it missed.
+    bool after_wake(bool broke, SteadyClock::time_point now);
+    /// Without io_m, I/O thread only: advances LISTEN after poll() and
+    /// appends the NOTIFY payloads; false if it failed.
+    bool step_listen(short revents, std::vector<std::string>& payloads);
+    [[nodiscard]] int listen_sock() const { return listen_.sock(); }
+    [[nodiscard]] short listen_events() const { return listen_.events(); }
+    [[nodiscard]] bool listen_ready_now() const { return listen_.ready(); }
+
+    /// When the I/O thread must look at the connections again.
+    [[nodiscard]] SteadyClock::time_point next_wake() const;
+
+    // ---------------------------------------------------- any thread
+    [[nodiscard]] bool connected() const;
+    bool wait_connected(SteadyClock::time_point until) const;
+    [[nodiscard]] int open_count() const { return open_.load(); }
+    [[nodiscard]] std::uint64_t connects() const { return connects_.load(); }
+
+private:
+    void set_up(bool v);
+    void lost();
+    std::chrono::milliseconds next_backoff();
+    void apply_statement_timeout();
+    void open_listen();
+    void close_listen();
+    void listen_failed();
+
+    const FactoryOptions& options_;
+    const std::string conninfo_;
+    const std::string listen_info_;  // empty: poll only
+    StatementWatchdog& watchdog_;
+    std::thread::id io_id_;
+
+    std::unique_ptr<pqxx::connection> stmt_;
+    bool up_ = false;
+    SteadyClock::time_point next_connect_{};
+    std::chrono::milliseconds backoff_;
+    std::minstd_rand jitter_rng_;
+    std::atomic<std::int64_t> stmt_timeout_ms_;
+    std::int64_t applied_timeout_ms_ = -1;
+
+    ListenConnection listen_;               // the I/O thread's alone (stepped while it sleeps, without io_m)
+    std::atomic<bool> listen_ready_{false};  // LISTEN in place (written by the I/O thread)
+    std::atomic<bool> listen_stale_{false};  // dropped by a caller: the I/O thread closes it
+    SteadyClock::time_point listen_retry_at_{};
+    std::chrono::milliseconds listen_backoff_;
+
+    std::atomic<int> open_{0};
+    std::atomic<std::uint64_t> connects_{0};
+    mutable std::mutex state_m_;  // a leaf: up_flag_ for connected() and wait_connected()
+    mutable std::condition_variable state_cv_;
+    bool up_flag_ = false;
+};
+
+}  // namespace simba::pg::detail

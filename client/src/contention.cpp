@@ -1,0 +1,213 @@
+#include "contention.hpp"
+
+#include <algorithm>
+
+#include "simba/log.hpp"
+#include "statements.hpp"
+
+namespace simba::pg::detail {
+
+using simba::detail::MetricsCell;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+void Contention::start(const ServicePtr& svc, bool here) {
+    {
+        std::lock_guard<std::mutex> lock(svc->m);
+        svc->active = true;
+        svc->lease.start();
+        svc->wait_since = SteadyClock::now();
+    }
+    svc->notified_at = {};
+    svc->unknown = false;
+    svc->io_active = true;
+    svc->last = MutexOwner::none(svc->mutex);
+    registry_.add(svc);
+    update_statement_timeout();
+    if (here && conn_.up())
+        attempt(svc);
+    else
+        schedule(svc, SteadyClock::now());
+}
+
+void Contention::stop(const ServicePtr& svc) {
+    svc->io_active = false;
+    ++svc->timer_gen;  // cancels pending attempts
+    registry_.remove(svc);
+    // Released by id whenever it may hold the lease, including when a
+    // grant's reply was lost: contenders then need not wait a lease out.
+    bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
+    if (might_own && conn_.up()) {
+        try {
+            auto watch = watchdog_.watch(conn_.stmt().sock());
+            pqxx::nontransaction tx(conn_.stmt());
+            bool released = (options_.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
+                                             : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
+                                .as<bool>();
+            // false: the lease had ended (expired or taken over) before this release.
+            MetricsCell::inc(released ? svc->metrics->released : svc->metrics->late_releases);
+            log(LogLevel::debug, "release of " + svc->mutex + " by " + svc->id + ": " +
+                                     (released ? "released" : "was not owner"));
+        } catch (const std::exception& e) {
+            conn_.statement_failed(e, "release of mutex " + svc->mutex);
+        }
+    } else if (might_own) {
+        log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
+                                   " while disconnected: the lease will lapse on the server");
+    }
+    events_.end_locally(svc);
+    svc->last = MutexOwner::none(svc->mutex);
+    svc->unknown = false;
+    update_statement_timeout();
+}
+
+void Contention::run_due(SteadyClock::time_point now) {
+    if (!conn_.up() || queue_.next_due() > now) return;
+    auto batch = queue_.due_batch(now, options_.batch_window, static_cast<std::size_t>(options_.batch_max));
+    if (!batch.empty()) attempt_batch(batch);
+}
+
+void Contention::attempt_all(SteadyClock::time_point now) {
+    for (auto& s : registry_.all()) schedule(s, now);
+}
+
+void Contention::notified(const std::vector<std::string>& names) {
+    auto now = SteadyClock::now();
+    for (auto& name : names) {
+        auto* services = registry_.of(name);
+        if (!services) continue;
+        for (auto& s : *services) {
+            // Waiters attempt at once. The owner re-checks too: the NOTIFY
+            // may be an admin's simba_force_release of its tenure.
+            if (!s->last.is_owner(s->id)) s->notified_at = now;
+            schedule(s, now);
+        }
+    }
+}
+
+/// One attempt of `svc`: renewal if it holds the lease, else a try.
+/// Returns whether it renews (counted as an attempt otherwise).
+bool Contention::begin_attempt(const ServicePtr& svc) {
+    const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
+    if (!renewing) MetricsCell::inc(svc->metrics->attempts);
+    return renewing;
+}
+
+/// The server's answer to an attempt sent at `anchor`.
+void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
+    conn_.statement_ok();
+    svc->solo = false;
+    MutexOwner o = parse_owner(row, svc->mutex, anchor);
+    const MutexOwner prev = std::move(svc->last);
+    svc->last = o;
+    svc->unknown = false;
+    events_.apply(svc, prev, o);
+    auto now = SteadyClock::now();
+    schedule(svc, now + svc->period.ensure_next_delay(o, now));
+}
+
+/// A failed attempt on a connection that is still up: retry soon.
+void Contention::retry_later(const ServicePtr& svc, bool renewing) {
+    if (renewing) MetricsCell::inc(svc->metrics->renewal_failures);
+    svc->solo = true;
+    schedule(svc, SteadyClock::now() + retry_delay(svc));
+}
+
+milliseconds Contention::retry_delay(const ServicePtr& svc) const {
+    auto quarter = duration_cast<milliseconds>(svc->options.ttl / 4);
+    return std::max(milliseconds(10), std::min(options_.retry_delay, quarter));
+}
+
+/// The lease deadline a renewal serves: past it, its reply proves nothing.
+SteadyClock::time_point Contention::serves_until(const ServicePtr& svc, bool renewing) {
+    if (!renewing) return SteadyClock::time_point::max();
+    std::lock_guard<std::mutex> lock(svc->m);
+    return svc->lease.deadline();
+}
+
+void Contention::attempt(const ServicePtr& svc, bool renewing) {
+    auto anchor = SteadyClock::now();
+    metrics_.count_statement(1);
+    try {
+        auto watch = watchdog_.watch(conn_.stmt().sock(), serves_until(svc, renewing));
+        pqxx::nontransaction tx(conn_.stmt());
+        const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
+        const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
+        // Behind a transaction pooler a prepared statement may be on another server connection.
+        auto row = options_.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
+                                   : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition);
+        finish_attempt(svc, row, anchor);
+    } catch (const std::exception& e) {
+        if (conn_.statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
+            svc->unknown = true;  // it may have committed
+            return;               // all services attempt again on reconnect
+        }
+        retry_later(svc, renewing);
+    }
+}
+
+/// Several attempts in one statement. If it fails on a live connection (one
+/// attempt's error aborts them all), each is sent on its own, so only the
+/// faulty one fails.
+void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
+    // A service whose last attempt failed goes alone: a persistent error (a
+    // trigger, a grant) must not fail every batch it would join.
+    auto solo = std::stable_partition(batch.begin(), batch.end(), [](const ServicePtr& s) { return !s->solo; });
+    for (auto it = solo; it != batch.end() && conn_.up(); ++it) attempt(*it);
+    batch.erase(solo, batch.end());
+    if (batch.empty() || !conn_.up()) return;
+    if (batch.size() == 1) return attempt(batch.front());
+    std::sort(batch.begin(), batch.end(), [](const ServicePtr& a, const ServicePtr& b) { return a->mutex < b->mutex; });
+    std::vector<char> renewing(batch.size());
+    std::vector<char> done(batch.size(), 0);
+    auto until = SteadyClock::time_point::max();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        renewing[i] = begin_attempt(batch[i]);
+        until = std::min(until, serves_until(batch[i], renewing[i]));
+    }
+    auto anchor = SteadyClock::now();
+    try {
+        const auto names = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
+        const auto ids = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->id; });
+        const auto ttls = array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.ttl.count()); });
+        const auto trs =
+            array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.transition.count()); });
+        metrics_.count_statement(batch.size());
+        auto watch = watchdog_.watch(conn_.stmt().sock(), until);
+        pqxx::nontransaction tx(conn_.stmt());
+        auto rows = options_.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs)
+                                    : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs);
+        for (const auto& row : rows) {
+            auto i = row[8].as<std::size_t>() - 1;
+            if (i >= batch.size() || done[i]) continue;
+            done[i] = 1;
+            finish_attempt(batch[i], row, anchor);
+        }
+    } catch (const std::exception& e) {
+        if (conn_.statement_failed(e, "batch of " + std::to_string(batch.size()) + " acquires")) {
+            for (std::size_t i = 0; i < batch.size(); ++i)
+                if (!done[i]) batch[i]->unknown = true;  // they may have committed
+            return;
+        }
+        log(LogLevel::warning, "sending the batch's attempts one at a time");
+    }
+    // Renewals first: a row another transaction holds locked (it failed the
+    // batch with 55P03) then delays no owner by more than one lock_timeout.
+    for (const bool renewals : {true, false})
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            if (done[i] || static_cast<bool>(renewing[i]) != renewals) continue;
+            attempt(batch[i], renewing[i]);
+            if (!conn_.up()) return;  // the rest attempt again on reconnect
+        }
+}
+
+/// statement_timeout: the configured one, at most half the shortest lease
+/// in use, so one hung statement never outlives a lease.
+void Contention::update_statement_timeout() {
+    auto t = options_.statement_timeout;
+    for (auto& s : registry_.all())
+        t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(s->duration() / 2)));
+    conn_.set_statement_timeout(t);
+}
+
+}  // namespace simba::pg::detail

@@ -1,0 +1,67 @@
+// simba client (internal): what the I/O thread does for the services:
+// starts and stops them, sends their attempts (renewals and waiters' polls)
+// one at a time or batched, applies the replies, and turns NOTIFYs into
+// early attempts. I/O state: every call holds the factory's io_m.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attempt_queue.hpp"
+#include "connections.hpp"
+#include "factory_metrics.hpp"
+#include "service_events.hpp"
+#include "service_registry.hpp"
+#include "simba/factory.hpp"
+#include "statement_watchdog.hpp"
+
+namespace simba::pg::detail {
+
+class Contention {
+public:
+    Contention(const FactoryOptions& options, Connections& connections, ServiceEvents& events,
+               FactoryMetrics& metrics, StatementWatchdog& watchdog)
+        : options_(options), conn_(connections), events_(events), metrics_(metrics), watchdog_(watchdog) {}
+
+    /// Starts `svc`: its first attempt now, on this thread if `here`, else
+    /// from the queue.
+    void start(const ServicePtr& svc, bool here);
+    /// Stops `svc`, releasing by id whenever it may hold the lease.
+    void stop(const ServicePtr& svc);
+    /// Sends the attempts due now (one batch).
+    void run_due(SteadyClock::time_point now);
+    /// Every running service attempts at `now` (after a reconnect, or once
+    /// LISTEN is in place).
+    void attempt_all(SteadyClock::time_point now);
+    /// Push wake-ups: the services of these mutexes attempt now.
+    void notified(const std::vector<std::string>& names);
+    /// When the next attempt is due.
+    SteadyClock::time_point next_due() { return queue_.next_due(); }
+
+    [[nodiscard]] const ServiceRegistry& registry() const { return registry_; }
+    [[nodiscard]] std::size_t running() const { return registry_.all().size(); }
+
+private:
+    void schedule(const ServicePtr& svc, SteadyClock::time_point at) {
+        queue_.schedule(svc, at, registry_.all().size());
+    }
+    static bool begin_attempt(const ServicePtr& svc);
+    static SteadyClock::time_point serves_until(const ServicePtr& svc, bool renewing);
+    void attempt(const ServicePtr& svc) { attempt(svc, begin_attempt(svc)); }
+    void attempt(const ServicePtr& svc, bool renewing);
+    void attempt_batch(std::vector<ServicePtr>& batch);
+    void finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor);
+    void retry_later(const ServicePtr& svc, bool renewing);
+    std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
+    void update_statement_timeout();
+
+    const FactoryOptions& options_;
+    Connections& conn_;
+    ServiceEvents& events_;
+    FactoryMetrics& metrics_;
+    StatementWatchdog& watchdog_;
+    AttemptQueue queue_;
+    ServiceRegistry registry_;
+};
+
+}  // namespace simba::pg::detail

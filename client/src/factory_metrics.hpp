@@ -1,0 +1,41 @@
+// simba client (internal): a factory's metrics: the cells of its services
+// (metrics_cell.hpp), the statement counters, and the gauges read from the
+// services still alive (metrics()).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "metrics_cell.hpp"
+#include "service_core.hpp"
+#include "simba/metrics.hpp"
+
+namespace simba::pg::detail {
+
+class FactoryMetrics {
+public:
+    /// A new service: its cell, and its gauges from now on.
+    void track(const ServicePtr& svc);
+    /// The service `svc` is gone: its cell folds into the mutex's entry.
+    void untrack(const ServicePtr& svc) { cells_.untrack(svc->mutex, svc->id); }
+    /// One acquire statement of `calls` attempts was sent.
+    void count_statement(std::size_t calls) {
+        statements_.fetch_add(1, std::memory_order_relaxed);
+        calls_.fetch_add(calls, std::memory_order_relaxed);
+    }
+    Metrics snapshot();
+
+private:
+    simba::detail::MetricCells cells_;
+    std::atomic<std::uint64_t> statements_{0}, calls_{0};
+    // Services for the gauges (weak: a destroyed one is pruned), under m_.
+    // Lock order: m_ -> ServiceCore::m.
+    std::mutex m_;
+    std::vector<std::weak_ptr<ServiceCore>> services_;
+    std::size_t prune_at_ = 64;
+};
+
+}  // namespace simba::pg::detail

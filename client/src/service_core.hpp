@@ -1,0 +1,70 @@
+// simba client (internal): one contend service's state inside a PostgreSQL
+// factory, shared by the factory's threads and the service's handle.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "lease.hpp"
+#include "metrics_cell.hpp"
+#include "simba/contend_period.hpp"
+#include "simba/contender.hpp"
+#include "simba/service.hpp"
+
+namespace simba::pg::detail {
+
+struct ServiceCore {
+    ServiceCore(std::shared_ptr<MutexContender> c, ContendOptions o)
+        : contender(std::move(c)),
+          id(contender->contender_id()),
+          mutex(contender->mutex()),
+          options(o),
+          period(id, o.jitter),
+          lease(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
+
+    std::shared_ptr<MutexContender> contender;
+    const std::string id;
+    const std::string mutex;
+    const ContendOptions options;
+    ContendPeriod period;
+
+    // Guarded by m.
+    mutable std::mutex m;
+    bool active = false;         // callbacks may be emitted
+    simba::detail::Lease lease;  // ownership: the one place it is decided (lease.hpp)
+    std::deque<std::function<void()>> pending;  // callbacks not yet run
+    bool in_callback = false;    // one of them is running on the handle thread
+    SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
+    std::condition_variable owner_cv;  // a tenure began, or stopped (wait_owner)
+    std::uint64_t stops = 0;           // stops so far (end_locally)
+
+    // I/O thread only.
+    MutexOwner last;             // last owner seen from the server
+    std::uint64_t timer_gen = 0; // the current attempt timer (attempt_queue.hpp)
+    bool io_active = false;
+    bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
+    bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
+
+    // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
+    // by m, notified_at I/O thread only (a release NOTIFY while waiting).
+    std::shared_ptr<simba::detail::MetricsCell> metrics;
+    SteadyClock::time_point wait_since{};
+    SteadyClock::time_point notified_at{};
+
+    bool is_owner_now() const {
+        std::lock_guard<std::mutex> lock(m);
+        return lease.owns(SteadyClock::now());
+    }
+
+    /// ttl + transition: the lease one grant gives.
+    SteadyClock::duration duration() const { return options.ttl + options.transition; }
+};
+
+using ServicePtr = std::shared_ptr<ServiceCore>;
+
+}  // namespace simba::pg::detail

@@ -1,0 +1,44 @@
+// simba client (internal): what the contenders hear. Turns the steps of a
+// service's Lease (lease.hpp) into its callbacks, in order, on the handle
+// thread (executor.hpp), and into its metrics; fires on_released at a lease
+// deadline by itself, so a statement stuck on the I/O thread cannot keep a
+// stale owner alive (docs/design.md, "Safety rules", rule 3).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "executor.hpp"
+#include "service_core.hpp"
+
+namespace simba::pg::detail {
+
+class ServiceEvents {
+public:
+    explicit ServiceEvents(Executor& executor) : executor_(executor) {}
+
+    /// A reply from the server for `svc` (I/O thread); false if it was a
+    /// grant that came too late to be proven (logged).
+    bool apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after);
+    /// Turns a Lease step into callbacks and metrics (caller holds svc->m).
+    /// `lost`: a release the contender did not ask for; `prev`: the owner
+    /// seen before a reply (the previous holder, for the handoff latency).
+    void report(const ServicePtr& svc, const simba::detail::Lease::Change& change, bool lost = true,
+                const MutexOwner* prev = nullptr);
+    /// Ends `svc`'s contention on this side: its tenure (on_released is
+    /// queued), its callbacks, wait_owner(). Idempotent.
+    void end_locally(const ServicePtr& svc);
+
+    /// Runs `s`'s pending callbacks on this thread, now.
+    static void drain_all(ServiceCore& s);
+
+private:
+    void emit(const ServicePtr& svc, std::function<void()> cb);
+    static void drain_one(ServiceCore& s);
+    void schedule_expiry(const ServicePtr& svc, SteadyClock::time_point at);
+    void check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyClock::time_point at);
+
+    Executor& executor_;
+};
+
+}  // namespace simba::pg::detail
