@@ -5,7 +5,7 @@
 # unix socket. Prints one table per benchmark; writes build/bench-results/results.json,
 # build/bench-results/bench.log and the charts build/bench-results/throughput.{png,svg},
 # build/bench-results/handoff.{png,svg}. Benchmark 1 also runs at a 0.2 ms
-# round trip, through bench_delay_proxy on TCP loopback.
+# round trip, through simba_fault_proxy (test/fault_proxy) on TCP loopback.
 #
 #   bench/run.sh                  everything (about 6 minutes on 2 cores)
 #   BENCH_QUICK=1 bench/run.sh    shorter runs, for trying changes
@@ -23,7 +23,7 @@ if [ "${1:-}" != --suite ]; then
   $sudo make -s install >/dev/null
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
-    bench_memory bench_delay_proxy >/dev/null
+    bench_memory simba_fault_proxy >/dev/null
   # TCP on 127.0.0.1 as well: benchmark 1 also runs through a delay proxy.
   SIMBA_CLUSTER_TCP=1 exec test/with-cluster.sh "$0" --suite "$@"
 fi
@@ -70,12 +70,12 @@ rc=0
 if on 1; then
   "$bin/bench_throughput" "${b1[@]}" --redis "$redis_dir/redis.sock" --json "$out/throughput.json" 2>&1 | log || rc=1
   # The same statements at a datacenter round trip (0.2 ms: 100 us each way
-  # through bench_delay_proxy), one client: what a service across the
+  # through simba_fault_proxy), one client: what a service across the
   # network sees, where round trips cost what the server's work does.
-  coproc PROXY { exec "$bin/bench_delay_proxy" "$SIMBA_PG_TCP_PORT" 100; }
+  coproc PROXY { exec "$out/cmake/test/fault_proxy/simba_fault_proxy" --target-port "$SIMBA_PG_TCP_PORT" --delay-us 100; }
   proxy_pid=$PROXY_PID
-  read -r _ proxy_port <&"${PROXY[0]}"
-  echo "benchmark 1 at a 0.2 ms round trip (bench_delay_proxy on port $proxy_port, 100 us each way), 1 client" | log
+  read -r _ proxy_port _ <&"${PROXY[0]}"
+  echo "benchmark 1 at a 0.2 ms round trip (simba_fault_proxy on port $proxy_port, 100 us each way), 1 client" | log
   "$bin/bench_throughput" "${b1[@]}" --clients 1 --host 127.0.0.1 --port "$proxy_port" \
     --only simba/pair,floor/pair,jdbc/pair,shedlock/pair,simba/renew,floor/renew,jdbc/renew,shedlock/renew \
     --json "$out/throughput-rtt.json" 2>&1 | log || rc=1
