@@ -11,9 +11,10 @@ root=$PWD
 if [ "${1:-}" != --suites ]; then
   test/install-deps.sh
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2
+  make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
   exec test/with-cluster.sh "$0" --suites
 fi
