@@ -6,11 +6,12 @@
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
+#   make deb              the Debian packages (debian/), into build/deb/
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench chaos valgrind tsan
+.PHONY: test deps demo psql bench chaos valgrind tsan deb
 test:
 	@test/run-tests.sh
 demo:
@@ -27,6 +28,13 @@ psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:
 	@test/install-deps.sh
+# dpkg-buildpackage in a copy of the tree (it writes the .debs beside the
+# source, and cleans its own build outputs there).
+deb:
+	rm -rf build/deb && mkdir -p build/deb/simba
+	tar -c --exclude-vcs --exclude=./build --exclude='./build-*' --exclude='./obj-*' . | tar -x -C build/deb/simba
+	cd build/deb/simba && dpkg-buildpackage -us -uc -b -j2
+	@ls build/deb/*.deb
 
 ifneq ($(PGXS),)
 
