@@ -29,10 +29,15 @@ psql:
 deps:
 	@test/install-deps.sh
 # dpkg-buildpackage in a copy of the tree (it writes the .debs beside the
-# source, and cleans its own build outputs there).
+# source): the files git tracks or would track, or without git everything
+# but the build trees (debian/rules clean removes the PGXS outputs).
 deb:
 	rm -rf build/deb && mkdir -p build/deb/simba
-	tar -c --exclude-vcs --exclude=./build --exclude='./build-*' --exclude='./obj-*' . | tar -x -C build/deb/simba
+	if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  git ls-files -z --cached --others --exclude-standard | tar --null -T - -c; \
+	else \
+	  tar -c --exclude-vcs --exclude=./build --exclude='./build-*' --exclude='./obj-*' .; \
+	fi | tar -x -C build/deb/simba
 	cd build/deb/simba && dpkg-buildpackage -us -uc -b -j2
 	@ls build/deb/*.deb
 

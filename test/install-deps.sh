@@ -10,7 +10,6 @@ pkgs=(
   libpq-dev libpqxx-dev libgtest-dev
   nlohmann-json3-dev libhiredis-dev libcli11-dev
   pgbouncer valgrind
-  dpkg-dev debhelper postgresql-server-dev-all help2man lintian
   "$@"
 )
 

@@ -15,6 +15,8 @@ root=$PWD
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
 
 if [ "${1:-}" != --inside ]; then
+  # Debian's packaging tools, beside what make test installs.
+  test/install-deps.sh dpkg-dev debhelper postgresql-server-dev-all help2man lintian
   # SIMBA_SMOKE_NO_BUILD=1: the packages already in build/deb.
   if [ "${SIMBA_SMOKE_NO_BUILD:-0}" != 1 ]; then
     mkdir -p build
