@@ -19,9 +19,9 @@ bin=$out/cmake/bench
 if [ "${1:-}" != --suite ]; then
   bench/install-deps.sh
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2
+  make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
     bench_memory simba_fault_proxy >/dev/null
   # TCP on 127.0.0.1 as well: benchmark 1 also runs through a delay proxy.

@@ -8,6 +8,7 @@ pkgs=(
   make g++ cmake pkg-config
   postgresql-15 postgresql-server-dev-15 postgresql-contrib
   libpq-dev libpqxx-dev libgtest-dev
+  nlohmann-json3-dev libhiredis-dev libcli11-dev
   pgbouncer valgrind
   "$@"
 )

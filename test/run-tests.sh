@@ -11,9 +11,10 @@ root=$PWD
 if [ "${1:-}" != --suites ]; then
   test/install-deps.sh
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2
+  make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
   exec test/with-cluster.sh "$0" --suites
 fi
@@ -37,6 +38,8 @@ run_pg_suite() { # name command...
   tally "$name" "$ok" "$bad"
   rm -f "$log"
 }
+# the release version agrees across the control file, NEWS.md and debian/changelog
+run_pg_suite version test/check-version.sh
 # A variable set on make's command line wins: one suite per call, so a failing
 # pg_regress run does not hide the isolation results.
 run_pg_suite regress make -s installcheck ISOLATION=
@@ -69,6 +72,10 @@ if [ -d build ]; then
   # on a cluster of their own (make tsan, about 4 minutes with the build)
   run_ctest_suite tsan test/tsan/run.sh
 fi
+# Last, as it installs the packages over `make install`'s extension files:
+# make deb, lintian, then the installed packages' smoke test on a throwaway
+# cluster of its own (about 2 minutes)
+run_pg_suite package test/package/smoke.sh
 
 echo
 [ ${#failed_suites[@]} -eq 0 ] || echo "failed suites: ${failed_suites[*]}"

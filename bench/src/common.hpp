@@ -1,4 +1,5 @@
-// simba benchmarks: small shared helpers (timing, statistics, libpq, JSON).
+// simba benchmarks: small shared helpers (timing, statistics, libpq, JSON
+// and argument parsing through nlohmann-json and CLI11).
 #pragma once
 
 #include <libpq-fe.h>
@@ -18,6 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 namespace bench {
 
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: comparable across processes
@@ -30,21 +34,14 @@ inline void sleep_ms(double ms) { std::this_thread::sleep_for(std::chrono::micro
 
 // ------------------------------------------------------------ arguments
 
-inline std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-    for (int i = 1; i + 1 < argc; ++i)
-        if (argv[i] == "--" + name) return argv[i + 1];
-    return def;
-}
-inline double arg_d(int argc, char** argv, const std::string& name, double def) {
-    return std::stod(arg(argc, argv, name, std::to_string(def)));
-}
-inline std::vector<int> arg_list(int argc, char** argv, const std::string& name, const std::string& def) {
-    std::vector<int> out;
-    std::stringstream ss(arg(argc, argv, name, def));
-    std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-    return out;
-}
+/// Each benchmark declares its options on one of these (CLI11: an unknown
+/// option or a bad value is an error, not a silent default); --help shows
+/// every option's default.
+struct Options : CLI::App {
+    explicit Options(std::string description) : CLI::App(std::move(description)) {
+        option_defaults()->always_capture_default();
+    }
+};
 
 // ------------------------------------------------------------ statistics
 
@@ -88,36 +85,27 @@ inline std::string fmt(double v, int prec = 2) {
     return buf;
 }
 
-inline std::string json_num(double v) {
+/// A number for the gnuplot data files: %.6g, "null" for NaN and infinities.
+inline std::string dat_num(double v) {
     if (std::isnan(v) || std::isinf(v)) return "null";
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.6g", v);
     return buf;
 }
 
-inline std::string json_str(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\';
-        if (c == '\n') {
-            out += "\\n";
-            continue;
-        }
-        out += c;
-    }
-    return out + "\"";
+/// JSON objects keep their keys in the order written (NaN and infinities
+/// come out as null).
+using Json = nlohmann::ordered_json;
+
+inline Json json_summary(const Summary& s) {
+    return {{"n", s.n}, {"min", s.min}, {"p50", s.p50}, {"p90", s.p90},
+            {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}};
 }
 
-inline std::string json_summary(const Summary& s) {
-    return "{\"n\": " + std::to_string(s.n) + ", \"min\": " + json_num(s.min) + ", \"p50\": " + json_num(s.p50) +
-           ", \"p90\": " + json_num(s.p90) + ", \"p99\": " + json_num(s.p99) + ", \"max\": " + json_num(s.max) +
-           ", \"mean\": " + json_num(s.mean) + "}";
-}
-
-inline void write_file(const std::string& path, const std::string& text) {
+inline void write_file(const std::string& path, const Json& json) {
     if (path.empty()) return;
     std::ofstream f(path);
-    f << text << "\n";
+    f << json.dump() << "\n";
     if (!f) throw std::runtime_error("cannot write " + path);
 }
 

@@ -31,10 +31,16 @@ struct Shared {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int trials = static_cast<int>(arg_d(argc, argv, "trials", 50));
-    double ttl_s = arg_d(argc, argv, "ttl", 1), tr_s = arg_d(argc, argv, "transition", 1);
-    std::string label = arg(argc, argv, "label", "");
-    std::string json_path = arg(argc, argv, "json", "");
+    int trials = 50;
+    double ttl_s = 1, tr_s = 1;
+    std::string label, json_path;
+    Options cli("benchmark 3: crash failover, SIGKILL of the owner process -> on_acquired elsewhere");
+    cli.add_option("--trials", trials, "owners to kill")->check(CLI::Range(1, kMax));
+    cli.add_option("--ttl", ttl_s, "lease ttl, seconds");
+    cli.add_option("--transition", tr_s, "lease transition, seconds");
+    cli.add_option("--label", label, "appended to the table's title");
+    cli.add_option("--json", json_path, "write the results here");
+    CLI11_PARSE(cli, argc, argv);
     if (trials > kMax) throw std::runtime_error("too many trials");
     simba::ContendOptions opts;
     opts.ttl = std::chrono::milliseconds(static_cast<long>(ttl_s * 1000));
@@ -157,9 +163,8 @@ int main(int argc, char** argv) {
                       fmt(s.p50, 0), fmt(s.p90, 0), fmt(s.p99, 0), fmt(s.max, 0), fmt(bound_ms, 0),
                       fmt(s.max / bound_ms), std::to_string(within) + "/" + std::to_string(trials)});
     t.print("Benchmark 3 — crash failover" + label + ": SIGKILL of the owner process -> on_acquired elsewhere");
-    write_file(json_path, "{\"ttl_s\": " + json_num(ttl_s) + ", \"transition_s\": " + json_num(tr_s) +
-                              ", \"bound_ms\": " + json_num(bound_ms) + ", \"latency_ms\": " + json_summary(s) +
-                              ", \"within_bound\": " + std::to_string(within) + ", \"missing\": " +
-                              std::to_string(missing) + ", \"trials\": " + std::to_string(trials) + "}");
+    write_file(json_path, Json{{"ttl_s", ttl_s}, {"transition_s", tr_s}, {"bound_ms", bound_ms},
+                               {"latency_ms", json_summary(s)}, {"within_bound", within}, {"missing", missing},
+                               {"trials", trials}});
     return missing == 0 ? 0 : 1;
 }

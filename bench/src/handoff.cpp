@@ -228,10 +228,17 @@ int run_children(const std::function<void(int)>& body) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    long n = static_cast<long>(arg_d(argc, argv, "handoffs", 1000));
-    int pairs = static_cast<int>(arg_d(argc, argv, "pairs", 100));
-    double ttl_s = arg_d(argc, argv, "ttl", 1), tr_s = arg_d(argc, argv, "transition", 1);
-    std::string json_path = arg(argc, argv, "json", "");
+    long n = 1000;
+    int pairs = 100;
+    double ttl_s = 1, tr_s = 1;
+    std::string json_path;
+    Options cli("benchmark 2: handoff latency, release in one process -> holder in another");
+    cli.add_option("--handoffs", n, "handoffs per method (push, poll)")->check(CLI::Range(1L, static_cast<long>(kMaxN)));
+    cli.add_option("--pairs", pairs, "process pairs")->check(CLI::Range(1, kMaxPairs));
+    cli.add_option("--ttl", ttl_s, "lease ttl, seconds");
+    cli.add_option("--transition", tr_s, "lease transition, seconds");
+    cli.add_option("--json", json_path, "write the results here (and the chart's samples beside it, .dat)");
+    CLI11_PARSE(cli, argc, argv);
     if (n > kMaxN || pairs > kMaxPairs) throw std::runtime_error("too many handoffs or pairs");
     int trials = static_cast<int>((n + pairs - 1) / pairs);
 
@@ -285,10 +292,9 @@ int main(int argc, char** argv) {
                       fmt(b.p99 / a.p99, 0) + "x", fmt(b.max / a.max, 0) + "x", fmt(b.mean / a.mean, 0) + "x"});
     t.print("Benchmark 2 — handoff latency, release in one process -> holder in another (ttl " + fmt(ttl_s, 1) +
             " s, transition " + fmt(tr_s, 1) + " s; targets: push p99 <= 5 ms, >= 100x better than polling)");
-    write_file(json_path, "{\"ttl_s\": " + json_num(ttl_s) + ", \"transition_s\": " + json_num(tr_s) +
-                              ", \"push_ms\": " + json_summary(a) + ", \"poll_ms\": " + json_summary(b) +
-                              ", \"ratio_p50\": " + json_num(b.p50 / a.p50) + ", \"ratio_p99\": " +
-                              json_num(b.p99 / a.p99) + "}");
+    write_file(json_path, Json{{"ttl_s", ttl_s}, {"transition_s", tr_s}, {"push_ms", json_summary(a)},
+                               {"poll_ms", json_summary(b)}, {"ratio_p50", b.p50 / a.p50},
+                               {"ratio_p99", b.p99 / a.p99}});
     // raw samples for the chart
     std::string raw = json_path.empty() ? "" : json_path.substr(0, json_path.rfind('.')) + ".dat";
     if (!raw.empty()) {

@@ -32,10 +32,15 @@ std::size_t series(const simba::Metrics& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const auto cycles = static_cast<long>(bench::arg_d(argc, argv, "cycles", 1000000));
-    const auto permit_every = static_cast<long>(bench::arg_d(argc, argv, "permit-every", 100));
-    const double max_growth_mb = bench::arg_d(argc, argv, "max-growth-mb", 5);
-    const std::string json = bench::arg(argc, argv, "json", "");
+    long cycles = 1000000, permit_every = 100;
+    double max_growth_mb = 5;
+    std::string json;
+    bench::Options cli("benchmark 6: memory of a long-lived process, Locker cycles with fresh ids");
+    cli.add_option("--cycles", cycles, "Locker acquire + release cycles")->check(CLI::PositiveNumber);
+    cli.add_option("--permit-every", permit_every, "a semaphore permit every N cycles")->check(CLI::PositiveNumber);
+    cli.add_option("--max-growth-mb", max_growth_mb, "fail if RSS grows more than this over the run's baseline");
+    cli.add_option("--json", json, "write the results here");
+    CLI11_PARSE(cli, argc, argv);
 
     simba::pg::ContendServiceFactory factory;
     simba::Semaphore semaphore(factory, "bench-memory");
@@ -78,9 +83,8 @@ int main(int argc, char** argv) {
     std::printf("RSS %s MB -> %s MB (%+.1f MB, limit %s MB); series %zu -> %zu: %s\n", bench::fmt(base_rss, 1).c_str(),
                 bench::fmt(last_rss, 1).c_str(), growth, bench::fmt(max_growth_mb, 0).c_str(), base_series, last_series,
                 ok ? "bounded" : "GROWING");
-    bench::write_file(json, "{\"cycles\": " + std::to_string(cycles) + ", \"base_rss_mb\": " + bench::json_num(base_rss) +
-                                ", \"final_rss_mb\": " + bench::json_num(last_rss) + ", \"growth_mb\": " +
-                                bench::json_num(growth) + ", \"base_series\": " + std::to_string(base_series) +
-                                ", \"final_series\": " + std::to_string(last_series) + "}");
+    bench::write_file(json, bench::Json{{"cycles", cycles}, {"base_rss_mb", base_rss}, {"final_rss_mb", last_rss},
+                                        {"growth_mb", growth}, {"base_series", base_series},
+                                        {"final_series", last_series}});
     return ok ? 0 : 1;
 }

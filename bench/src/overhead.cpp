@@ -16,10 +16,17 @@
 using namespace bench;
 
 int main(int argc, char** argv) {
-    int batches = static_cast<int>(arg_d(argc, argv, "batches", 6));
-    int per = static_cast<int>(arg_d(argc, argv, "ops", 300));
+    int batches = 6, per = 300;
     int mutexes = 100;
-    std::string json_path = arg(argc, argv, "json", "");
+    std::string json_path, listen, only;
+    Options cli("benchmark 5: client overhead, acquire + release one at a time");
+    cli.add_option("--batches", batches, "alternating batches of every path")->check(CLI::PositiveNumber);
+    cli.add_option("--ops", per, "acquire + release pairs per path and batch")->check(CLI::PositiveNumber);
+    cli.add_option("--listen", listen, "the factory's listen_conninfo (\"none\": poll only)");
+    cli.add_option("--only", only, "one path (libpq, locker, locker-reuse), for profiling")
+        ->check(CLI::IsMember({"libpq", "locker", "locker-reuse"}));
+    cli.add_option("--json", json_path, "write the results here");
+    CLI11_PARSE(cli, argc, argv);
     Conn raw;
     raw.exec("SET client_min_messages = warning");
     raw.exec("CREATE EXTENSION IF NOT EXISTS simba");
@@ -30,7 +37,7 @@ int main(int argc, char** argv) {
     // NOTIFY of every release it makes, which wakes its I/O thread; this
     // shows what that costs.
     simba::pg::FactoryOptions fo;
-    fo.listen_conninfo = arg(argc, argv, "listen", "");
+    fo.listen_conninfo = listen;
     simba::pg::ContendServiceFactory factory("", fo);
     if (!factory.wait_connected(std::chrono::seconds(10))) throw std::runtime_error("factory did not connect");
     std::vector<std::string> names;
@@ -43,7 +50,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<double>> lat;  // microseconds per op
     std::map<std::string, std::vector<double>> rate;
     std::vector<std::string> order = {"libpq", "locker", "locker-reuse"};
-    if (auto only = arg(argc, argv, "only", ""); !only.empty()) order = {only};  // profiling one path
+    if (!only.empty()) order = {only};
     std::printf("benchmark 5: %d alternating batches x %d acquire+release\n", batches, per);
     std::fflush(stdout);
     for (int b = 0; b < batches + 1; ++b) {  // batch 0 warms up and is dropped
@@ -78,20 +85,15 @@ int main(int argc, char** argv) {
     Table t;
     t.rows.push_back({"path", "ops", "p50 us", "p90 us", "p99 us", "mean us", "ops/s", "p50 / libpq", "mean / libpq"});
     auto base = summarize(lat[order.front()]);
-    std::string json = "{\"batches\": " + std::to_string(batches) + ", \"ops_per_batch\": " + std::to_string(per) +
-                       ", \"results\": [";
-    bool first = true;
+    Json json{{"batches", batches}, {"ops_per_batch", per}, {"results", Json::array()}};
     for (auto& v : order) {
         auto s = summarize(lat[v]);
         double r = median(rate[v]);
         t.rows.push_back({v, std::to_string(s.n), fmt(s.p50, 0), fmt(s.p90, 0), fmt(s.p99, 0), fmt(s.mean, 0),
                           fmt(r, 0), fmt(s.p50 / base.p50), fmt(s.mean / base.mean)});
-        json += std::string(first ? "" : ", ") + "{\"path\": " + json_str(v) + ", \"latency_us\": " +
-                json_summary(s) + ", \"ops_per_s\": " + json_num(r) + ", \"p50_ratio\": " +
-                json_num(s.p50 / base.p50) + ", \"mean_ratio\": " + json_num(s.mean / base.mean) + "}";
-        first = false;
+        json["results"].push_back({{"path", v}, {"latency_us", json_summary(s)}, {"ops_per_s", r},
+                                   {"p50_ratio", s.p50 / base.p50}, {"mean_ratio", s.mean / base.mean}});
     }
-    json += "]}";
     t.print("Benchmark 5 — client overhead, acquire + release one at a time (target: Locker <= 1.15x raw libpq)");
     write_file(json_path, json);
     kept.clear();

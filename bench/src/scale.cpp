@@ -51,14 +51,21 @@ Snapshot snap(Conn& mon, const std::string& prefix, const std::vector<long>& pid
 }  // namespace
 
 int main(int argc, char** argv) {
-    auto sizes = arg_list(argc, argv, "services", "1000,10000");
-    auto unbatched = arg_list(argc, argv, "unbatched", "10000");
+    std::vector<int> sizes{1000, 10000}, unbatched{10000};
+    double ttl_s = 10, tr_s = 6, warmup = 15, window = 20;
+    std::string json_path;
+    Options cli("benchmark 4: N services on N/2 mutexes in one process");
+    cli.add_option("--services", sizes, "service counts, batched (comma-separated)")->delimiter(',');
+    cli.add_option("--unbatched", unbatched, "service counts run again with batch_max = 1")->delimiter(',');
+    cli.add_option("--ttl", ttl_s, "lease ttl, seconds");
+    cli.add_option("--transition", tr_s, "lease transition, seconds");
+    cli.add_option("--warmup", warmup, "seconds before the measured window");
+    cli.add_option("--window", window, "measured seconds");
+    cli.add_option("--json", json_path, "write the results here");
+    CLI11_PARSE(cli, argc, argv);
     std::vector<std::pair<int, int>> runs;  // (services, batch_max)
     for (int n : sizes) runs.push_back({n, simba::pg::FactoryOptions{}.batch_max});
     for (int n : unbatched) runs.push_back({n, 1});
-    double ttl_s = arg_d(argc, argv, "ttl", 10), tr_s = arg_d(argc, argv, "transition", 6);
-    double warmup = arg_d(argc, argv, "warmup", 15), window = arg_d(argc, argv, "window", 20);
-    std::string json_path = arg(argc, argv, "json", "");
     Conn mon;
     mon.exec("SET client_min_messages = warning");
     mon.exec("CREATE EXTENSION IF NOT EXISTS simba");
@@ -75,8 +82,7 @@ int main(int argc, char** argv) {
     t.rows.push_back({"services", "batch", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
                       "calls/stmt", "owner calls/ttl", "waiter calls/(ttl+tr)", "owner stmt/ttl",
                       "waiter stmt/(ttl+tr)", "other stmts/s", "start s", "stop s"});
-    std::string json = "{\"ttl_s\": " + json_num(ttl_s) + ", \"transition_s\": " + json_num(tr_s) +
-                       ", \"window_s\": " + json_num(window) + ", \"results\": [";
+    Json json{{"ttl_s", ttl_s}, {"transition_s", tr_s}, {"window_s", window}, {"results", Json::array()}};
     for (std::size_t si = 0; si < runs.size(); ++si) {
         const auto [n, batch_max] = runs[si];
         const std::string tag = std::to_string(n) + "-" + std::to_string(batch_max);
@@ -140,22 +146,27 @@ int main(int argc, char** argv) {
                               fmt(scpu, 1), fmt(stmts, 1), fmt(calls / std::max(stmts, 1e-9), 1), fmt(owner_calls, 2),
                               fmt(waiter_calls, 2), fmt(owner_per_ttl, 3), fmt(waiter_per_lease, 3),
                               fmt(other, 2), fmt(started, 2), fmt(stopped, 2)});
-            json += std::string(si ? ", " : "") + "{\"services\": " + std::to_string(n) + ", \"batch_max\": " +
-                    std::to_string(batch_max) + ", \"calls_per_s\": " + json_num(calls) +
-                    ", \"owner_calls_per_ttl\": " + json_num(owner_calls) +
-                    ", \"waiter_calls_per_ttl_plus_transition\": " + json_num(waiter_calls) + ", \"threads\": " +
-                    std::to_string(threads) + ", \"connections\": " + std::to_string(conns) +
-                    ", \"server_connections\": " + std::to_string(server_conns) + ", \"rss_mb\": " +
-                    json_num(rss / 1024.0) + ", \"rss_growth_mb\": " + json_num((rss - rss0) / 1024.0) +
-                    ", \"client_cpu_pct\": " + json_num(cpu) + ", \"server_cpu_pct\": " + json_num(scpu) +
-                    ", \"statements_per_s\": " + json_num(stmts) + ", \"renewals_per_s\": " + json_num(renewals) +
-                    ", \"owner_statements_per_ttl\": " + json_num(owner_per_ttl) +
-                    ", \"waiter_statements_per_ttl_plus_transition\": " + json_num(waiter_per_lease) +
-                    ", \"other_statements_per_s\": " + json_num(other) + ", \"start_s\": " + json_num(started) +
-                    ", \"stop_s\": " + json_num(stopped) + "}";
+            json["results"].push_back({{"services", n},
+                                       {"batch_max", batch_max},
+                                       {"calls_per_s", calls},
+                                       {"owner_calls_per_ttl", owner_calls},
+                                       {"waiter_calls_per_ttl_plus_transition", waiter_calls},
+                                       {"threads", threads},
+                                       {"connections", conns},
+                                       {"server_connections", server_conns},
+                                       {"rss_mb", rss / 1024.0},
+                                       {"rss_growth_mb", (rss - rss0) / 1024.0},
+                                       {"client_cpu_pct", cpu},
+                                       {"server_cpu_pct", scpu},
+                                       {"statements_per_s", stmts},
+                                       {"renewals_per_s", renewals},
+                                       {"owner_statements_per_ttl", owner_per_ttl},
+                                       {"waiter_statements_per_ttl_plus_transition", waiter_per_lease},
+                                       {"other_statements_per_s", other},
+                                       {"start_s", started},
+                                       {"stop_s", stopped}});
         }
     }
-    json += "]}";
     t.print("Benchmark 4 — one process, one factory (threads = added by the factory; targets: 2 connections, fixed "
             "threads, owner <= 1 stmt/ttl, waiter <= 1 stmt/(ttl+transition), RSS < 64 MB at 10,000; batch 1 = one "
             "statement per call, the baseline)");

@@ -488,17 +488,24 @@ void setup(int mutexes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    double seconds = arg_d(argc, argv, "seconds", 2);
-    int rounds = static_cast<int>(arg_d(argc, argv, "rounds", 3));
-    int mutexes = static_cast<int>(arg_d(argc, argv, "mutexes", 1000));
-    auto clients = arg_list(argc, argv, "clients", "1,2,8");
-    std::string redis_path = arg(argc, argv, "redis", "");
-    std::string only = arg(argc, argv, "only", "");  // comma list of name/mode, e.g. simba/pair,floor/pair
-    std::string json_path = arg(argc, argv, "json", "");
-    std::string host = arg(argc, argv, "host", ""), port = arg(argc, argv, "port", "");
+    double seconds = 2;
+    int rounds = 3, mutexes = 1000;
+    std::vector<int> clients{1, 2, 8};
+    std::string redis_path, only, json_path, host, port;
+    Options cli("benchmark 1: acquire throughput of simba and its baselines");
+    cli.add_option("--seconds", seconds, "length of each run")->check(CLI::PositiveNumber);
+    cli.add_option("--rounds", rounds, "alternating rounds of every variant")->check(CLI::PositiveNumber);
+    cli.add_option("--mutexes", mutexes, "mutexes the clients spread over")->check(CLI::PositiveNumber);
+    cli.add_option("--clients", clients, "client counts (comma-separated)")->delimiter(',');
+    cli.add_option("--redis", redis_path, "unix socket of a Redis: adds the Redis variants");
+    cli.add_option("--only", only, "comma list of name/mode, e.g. simba/pair,floor/pair (diagnostics too)");
+    cli.add_option("--host", host, "server host (default: libpq's environment)");
+    cli.add_option("--port", port, "server port");
+    cli.add_option("--ops", g_ops, "fixed operations per client instead of --seconds (0: by time)");
+    cli.add_option("--json", json_path, "write the results here (and chart data beside it, .dat)");
+    CLI11_PARSE(cli, argc, argv);
     if (!host.empty()) g_conninfo += "host=" + host;
     if (!port.empty()) g_conninfo += " port=" + port;
-    g_ops = static_cast<long>(arg_d(argc, argv, "ops", 0));
 
     setup(mutexes);
     std::vector<Variant> all = variants(), vs;
@@ -540,9 +547,7 @@ int main(int argc, char** argv) {
             r.push_back(res[a][c][i] / res[b][c][i]);
         return median(r);
     };
-    std::string json = "{\"seconds\": " + json_num(seconds) + ", \"rounds\": " + std::to_string(rounds) +
-                       ", \"mutexes\": " + std::to_string(mutexes) + ", \"results\": [";
-    bool first = true;
+    Json json{{"seconds", seconds}, {"rounds", rounds}, {"mutexes", mutexes}, {"results", Json::array()}};
     for (std::string mode : {"pair", "renew"}) {
         Table t;
         std::vector<std::string> head = {"variant (" + mode + ")"};
@@ -559,15 +564,14 @@ int main(int argc, char** argv) {
             for (int c : clients) row.push_back(fmt(ratio("simba/" + mode, key, c)));
             t.rows.push_back(row);
             for (int c : clients) {
-                json += std::string(first ? "" : ", ") + "{\"variant\": " + json_str(v.name) + ", \"mode\": " +
-                        json_str(mode) + ", \"clients\": " + std::to_string(c) + ", \"ops_per_s\": " +
-                        json_num(med(key, c)) + ", \"runs\": [";
-                for (std::size_t i = 0; i < res[key][c].size(); ++i)
-                    json += (i ? ", " : "") + json_num(res[key][c][i]);
-                json += "], \"win_rate\": " + json_num(median(wins[key][c])) + ", \"vs_floor\": " +
-                        json_num(ratio(key, "floor/" + mode, c)) + ", \"simba_over\": " +
-                        json_num(ratio("simba/" + mode, key, c)) + "}";
-                first = false;
+                json["results"].push_back({{"variant", v.name},
+                                           {"mode", mode},
+                                           {"clients", c},
+                                           {"ops_per_s", med(key, c)},
+                                           {"runs", res[key][c]},
+                                           {"win_rate", median(wins[key][c])},
+                                           {"vs_floor", ratio(key, "floor/" + mode, c)},
+                                           {"simba_over", ratio("simba/" + mode, key, c)}});
             }
         }
         t.print(std::string("Benchmark 1 — acquire throughput, ") +
@@ -575,7 +579,6 @@ int main(int argc, char** argv) {
                 " — ops/s: median of " + std::to_string(rounds) + " alternating runs; /floor = variant / bare UPDATE,"
                 " simba/x = simba / variant, both the median of per-round ratios");
     }
-    json += "]}";
     write_file(json_path, json);
     if (!json_path.empty()) {  // chart data: one line per variant, ops/s per client count
         std::string base = json_path.substr(0, json_path.rfind('.'));
@@ -587,7 +590,7 @@ int main(int argc, char** argv) {
             for (auto& v : vs) {
                 if (v.mode != mode) continue;
                 f << v.name;
-                for (int c : clients) f << " " << json_num(med(v.name + "/" + mode, c));
+                for (int c : clients) f << " " << dat_num(med(v.name + "/" + mode, c));
                 f << "\n";
             }
         }

@@ -13,7 +13,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "mini_json.hpp"
+#include <nlohmann/json.hpp>
+
 #include "pg_support.hpp"
 #include "prom_check.hpp"
 
@@ -366,34 +367,34 @@ TEST(CliStatus, JsonParsesAndWatchRedraws) {
     }
     auto s = run({"status", "--json"});
     ASSERT_EQ(s.rc, 0) << s.err;
-    mini_json::Value v = mini_json::parse(s.out);
+    const nlohmann::json v = nlohmann::json::parse(s.out);  // strict: throws on malformed JSON
     bool found = false;
-    for (auto& m : v["mutexes"].a) {
-        if (m["mutex"].s != mutex) continue;
+    for (auto& m : v.at("mutexes")) {
+        if (m.at("mutex").get<std::string>() != mutex) continue;
         found = true;
-        EXPECT_EQ(m["owner"].s, "json-holder");
-        EXPECT_EQ(m["state"].s, "held");
-        EXPECT_GT(m["fence"].n, 0);
-        EXPECT_GT(m["time_left_seconds"].n, 20);
-        EXPECT_LE(m["time_left_seconds"].n, 36.5);
-        EXPECT_EQ(m["acquired_at"].kind, mini_json::Value::String);
+        EXPECT_EQ(m.at("owner").get<std::string>(), "json-holder");
+        EXPECT_EQ(m.at("state").get<std::string>(), "held");
+        EXPECT_GT(m.at("fence").get<double>(), 0);
+        EXPECT_GT(m.at("time_left_seconds").get<double>(), 20);
+        EXPECT_LE(m.at("time_left_seconds").get<double>(), 36.5);
+        EXPECT_TRUE(m.at("acquired_at").is_string());
     }
     EXPECT_TRUE(found) << s.out;
     found = false;
-    for (auto& p : v["semaphores"].a) {
-        if (p["key"].s != key) continue;
+    for (auto& p : v.at("semaphores")) {
+        if (p.at("key").get<std::string>() != key) continue;
         found = true;
-        EXPECT_EQ(p["holder"].s, "sem-holder");
-        EXPECT_EQ(p["context"].s, "ctx \"q\"\n2");
-        EXPECT_EQ(p["permits"].n, 3);
+        EXPECT_EQ(p.at("holder").get<std::string>(), "sem-holder");
+        EXPECT_EQ(p.at("context").get<std::string>(), "ctx \"q\"\n2");
+        EXPECT_EQ(p.at("permits").get<double>(), 3);
     }
     EXPECT_TRUE(found) << s.out;
     auto o = run({"owner", "-m", mutex, "--json"});
     EXPECT_EQ(o.rc, 0);
-    EXPECT_EQ(mini_json::parse(o.out)["owner"].s, "json-holder");
+    EXPECT_EQ(nlohmann::json::parse(o.out).at("owner").get<std::string>(), "json-holder");
     auto a = run({"acquire", "-m", mutex, "-c", "other", "--json"});
     EXPECT_EQ(a.rc, 75);
-    EXPECT_FALSE(mini_json::parse(a.out)["acquired"].b);
+    EXPECT_FALSE(nlohmann::json::parse(a.out).at("acquired").get<bool>());
     // The table view names the holder; --watch redraws until interrupted.
     auto t = run({"status", "--mutex", mutex});
     EXPECT_NE(t.out.find("json-holder"), std::string::npos) << t.out;

@@ -6,6 +6,11 @@
 #  - neither available: exit 77 (ctest reports the test as skipped).
 set -euo pipefail
 #  --own-cluster: always a fresh cluster (for tests that restart the server).
+#  [WRAPPER...] BINARY --gtest_list_tests [...]: BINARY lists its tests at once,
+#    with no server (gtest_discover_tests, at build time).
+for ((i = 2; i <= $#; i++)); do
+  if [ "${!i}" = --gtest_list_tests ]; then exec "${@:i-1}"; fi
+done
 here=$(cd "$(dirname "$0")" && pwd)
 cluster="$here/../../test/with-cluster.sh"
 if [ "${1:-}" = --own-cluster ]; then

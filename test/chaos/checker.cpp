@@ -617,23 +617,16 @@ private:
 
 int main(int argc, char** argv) {
     Args a;
+    chaos::Options cli("simba chaos checker: judges a run's logs and the server's history (checker.cpp)");
+    cli.add_option("--logdir", a.logdir, "directory of the event logs")->required();
+    cli.add_option("--conninfo", a.conninfo, "libpq connection string");
+    cli.add_option("--bound-ms", a.bound_ms, "liveness bound: an owner again within this after a fault healed");
+    cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
+    cli.add_flag("--expect-stale", a.expect_stale, "pass only if stale writes were accepted (the control run)");
+    cli.add_flag("--report-only", a.report_only, "print the report, pass whatever it says");
+    cli.add_option("--label", a.label, "the report's title");
+    CLI11_PARSE(cli, argc, argv);
     try {
-        for (int i = 1; i < argc; ++i) {
-            std::string k = argv[i];
-            auto next = [&]() -> std::string {
-                if (i + 1 >= argc) throw std::runtime_error("missing value for " + k);
-                return argv[++i];
-            };
-            if (k == "--logdir") a.logdir = next();
-            else if (k == "--conninfo") a.conninfo = next();
-            else if (k == "--bound-ms") a.bound_ms = std::stoll(next());
-            else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
-            else if (k == "--expect-stale") a.expect_stale = true;
-            else if (k == "--report-only") a.report_only = true;
-            else if (k == "--label") a.label = next();
-            else throw std::runtime_error("unknown argument " + k);
-        }
-        if (a.logdir.empty()) throw std::runtime_error("--logdir is required");
         Checker c(a);
         return c.main();
     } catch (const std::exception& e) {

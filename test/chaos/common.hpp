@@ -23,7 +23,18 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace chaos {
+
+/// The tools' options (CLI11: unknown options and bad values are errors;
+/// --help lists every option with its default). A value that starts with
+/// "--" is passed as --opt=--value.
+struct Options : CLI::App {
+    explicit Options(std::string description) : CLI::App(std::move(description)) {
+        option_defaults()->always_capture_default();
+    }
+};
 
 inline std::int64_t steady_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -98,22 +109,6 @@ inline long pid_of_contender(const std::string& id) {
     } catch (...) {
         return -1;
     }
-}
-
-/// "a,b,,c" -> {"a", "b", "c"}: the tools' comma-separated arguments.
-inline std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : s) {
-        if (c == ',') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
 }
 
 }  // namespace chaos

@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 test/install-deps.sh
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-make -s -j2
+make -s -j2 SIMBA_WERROR=yes
 $sudo make -s install >/dev/null
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_BUILD_TESTS=ON >/dev/null
 cmake --build build -j2 --target simba_chaos_worker simba_chaos_nemesis simba_chaos_checker
 exec test/chaos/run.sh --bin-dir build/test/chaos --duration "${SIMBA_CHAOS_SECONDS:-900}"

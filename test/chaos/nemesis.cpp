@@ -73,36 +73,27 @@ struct Args {
     unsigned seed = std::random_device{}();
 };
 
-Args parse(int argc, char** argv) {
-    Args a;
-    for (int i = 1; i < argc; ++i) {
-        std::string k = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) throw std::runtime_error("missing value for " + k);
-            return argv[++i];
-        };
-        if (k == "--workers") a.workers = std::stoi(next());
-        else if (k == "--worker-bin") a.worker_bin = next();
-        else if (k == "--logdir") a.logdir = next();
-        else if (k == "--conninfo") a.conninfo = next();
-        else if (k == "--duration-s") a.duration_s = std::stoi(next());
-        else if (k == "--quiet-ms") a.quiet_ms = std::stoi(next());
-        else if (k == "--stop-extra-ms") a.stop_extra_ms = std::stoi(next());
-        else if (k == "--kinds") a.kinds = chaos::split_commas(next());
-        else if (k == "--worker-arg") a.worker_args.push_back(next());
-        else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
-        else if (k == "--pgdata") a.pgdata = next();
-        else if (k == "--pgbin") a.pgbin = next();
-        else if (k == "--pglog") a.pglog = next();
-        else if (k == "--pguser") a.pguser = next();
-        else if (k == "--standby-pgdata") a.standby_pgdata = next();
-        else if (k == "--failover-at-s") a.failover_at_s = std::stoi(next());
-        else if (k == "--stall-ms") a.stall_ms = std::stoi(next());
-        else if (k == "--seed") a.seed = static_cast<unsigned>(std::stoul(next()));
-        else throw std::runtime_error("unknown argument " + k);
-    }
-    if (a.worker_bin.empty() || a.logdir.empty()) throw std::runtime_error("--worker-bin and --logdir are required");
-    return a;
+void add_options(CLI::App& cli, Args& a) {
+    cli.add_option("--workers", a.workers, "worker processes");
+    cli.add_option("--worker-bin", a.worker_bin, "simba_chaos_worker")->required();
+    cli.add_option("--logdir", a.logdir, "directory of the event logs")->required();
+    cli.add_option("--conninfo", a.conninfo, "libpq connection string");
+    cli.add_option("--duration-s", a.duration_s, "length of the run");
+    cli.add_option("--quiet-ms", a.quiet_ms, "quiet period between faults");
+    cli.add_option("--stop-extra-ms", a.stop_extra_ms, "a SIGSTOP lasts this much past the lease's end");
+    cli.add_option("--kinds", a.kinds, "faults, in turn (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"kill", "stop", "term", "restart", "listen", "failover"}));
+    cli.add_option("--worker-arg", a.worker_args, "passed on to every worker (repeatable; --worker-arg=--flag)");
+    cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
+    cli.add_option("--pgdata", a.pgdata, "the server's data directory (restart)");
+    cli.add_option("--pgbin", a.pgbin, "PostgreSQL's bin directory");
+    cli.add_option("--pglog", a.pglog, "pg_ctl's log file");
+    cli.add_option("--pguser", a.pguser, "run pg_ctl as this user");
+    cli.add_option("--standby-pgdata", a.standby_pgdata, "the standby's data directory (failover)");
+    cli.add_option("--failover-at-s", a.failover_at_s, "when the failover happens");
+    cli.add_option("--stall-ms", a.stall_ms, "SIGSTOP the primary's walsenders this long before the failover");
+    cli.add_option("--seed", a.seed, "random seed");
 }
 
 /// fork + exec; the child dies with us. Returns the pid.
@@ -485,8 +476,12 @@ private:
 int main(int argc, char** argv) {
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
+    Args args;
+    chaos::Options cli("simba chaos nemesis: runs the workload and injects faults (nemesis.cpp lists them)");
+    add_options(cli, args);
+    CLI11_PARSE(cli, argc, argv);
     try {
-        Nemesis n(parse(argc, argv));
+        Nemesis n(args);
         return n.main();
     } catch (const std::exception& e) {
         std::cerr << "simba_chaos_nemesis: " << e.what() << std::endl;

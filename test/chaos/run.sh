@@ -65,14 +65,14 @@ cleanup() {
 trap cleanup EXIT
 
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
-  --logdir "$logdir" --conninfo "" --duration-s "$duration" --worker-arg --hold-ms --worker-arg 3000
+  --logdir "$logdir" --conninfo "" --duration-s "$duration" --worker-arg=--hold-ms --worker-arg 3000
   --pgdata "$SIMBA_PGDATA" --pgbin "$SIMBA_PG_BIN" --pglog "$pglog")
 [ -n "$pguser" ] && nemesis+=(--pguser "$pguser")
 checker=("$bin_dir/simba_chaos_checker" --logdir "$logdir" --conninfo "" --bound-ms 8000)
 if [ "$control" = 1 ]; then
   # Long work inside each write transaction: a SIGSTOP nearly always lands mid-write.
-  nemesis+=(--kinds stop --quiet-ms "${quiet_ms:-3000}" --worker-arg --no-fence-check
-    --worker-arg --work-ms --worker-arg 20)
+  nemesis+=(--kinds stop --quiet-ms "${quiet_ms:-3000}" --worker-arg=--no-fence-check
+    --worker-arg=--work-ms --worker-arg 20)
   checker+=(--expect-stale --label "chaos control (no fence check)")
 else
   nemesis+=(--kinds kill,stop,term,restart,listen --quiet-ms "${quiet_ms:-6000}")

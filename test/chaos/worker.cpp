@@ -64,29 +64,18 @@ struct Args {
     bool fence_check = true;
 };
 
-Args parse(int argc, char** argv) {
-    Args a;
-    for (int i = 1; i < argc; ++i) {
-        std::string k = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) throw std::runtime_error("missing value for " + k);
-            return argv[++i];
-        };
-        if (k == "--worker") a.worker = std::stoi(next());
-        else if (k == "--log") a.log = next();
-        else if (k == "--conninfo") a.conninfo = next();
-        else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
-        else if (k == "--ttl-ms") a.ttl_ms = std::stoi(next());
-        else if (k == "--transition-ms") a.transition_ms = std::stoi(next());
-        else if (k == "--work-ms") a.work_ms = std::stoi(next());
-        else if (k == "--pause-ms") a.pause_ms = std::stoi(next());
-        else if (k == "--max-seconds") a.max_seconds = std::stoi(next());
-        else if (k == "--hold-ms") a.hold_ms = std::stoi(next());
-        else if (k == "--no-fence-check") a.fence_check = false;
-        else throw std::runtime_error("unknown argument " + k);
-    }
-    if (a.log.empty() || a.mutexes.empty()) throw std::runtime_error("--log and --mutexes are required");
-    return a;
+void add_options(CLI::App& cli, Args& a) {
+    cli.add_option("--worker", a.worker, "this worker's number");
+    cli.add_option("--log", a.log, "event log file")->required();
+    cli.add_option("--conninfo", a.conninfo, "libpq connection string");
+    cli.add_option("--mutexes", a.mutexes, "mutexes to contend for (comma-separated)")->delimiter(',');
+    cli.add_option("--ttl-ms", a.ttl_ms, "lease ttl");
+    cli.add_option("--transition-ms", a.transition_ms, "lease transition");
+    cli.add_option("--work-ms", a.work_ms, "work inside each ledger transaction");
+    cli.add_option("--pause-ms", a.pause_ms, "pause between writes");
+    cli.add_option("--max-seconds", a.max_seconds, "hard time limit");
+    cli.add_option("--hold-ms", a.hold_ms, "hand a mutex over after holding it H/2..3H/2 ms (0: never)");
+    cli.add_flag("--fence-check,!--no-fence-check", a.fence_check, "guard each write with simba_fence_check");
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -95,10 +84,11 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 
 int main(int argc, char** argv) {
     Args args;
-    try {
-        args = parse(argc, argv);
-    } catch (const std::exception& e) {
-        std::cerr << "simba_chaos_worker: " << e.what() << "\n";
+    chaos::Options cli("simba chaos worker: one process of the workload (worker.cpp says what it logs)");
+    add_options(cli, args);
+    CLI11_PARSE(cli, argc, argv);
+    if (args.mutexes.empty()) {
+        std::cerr << "simba_chaos_worker: --mutexes: none given\n";
         return 2;
     }
     std::signal(SIGTERM, on_signal);

@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace {
 
 using Arg = std::optional<std::string>;  // nullopt = SQL NULL
@@ -229,8 +231,12 @@ void finish(Session& s, Checker& c, bool commit) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const long calls = argc > 1 ? std::atol(argv[1]) : 20000;
-    const unsigned long seed = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : std::random_device{}();
+    long calls = 20000;
+    unsigned long seed = std::random_device{}();
+    CLI::App cli{"sql_fuzz: hostile calls to simba's SQL API (the server from libpq's PG* environment)"};
+    cli.add_option("calls", calls, "calls to make")->capture_default_str()->check(CLI::PositiveNumber);
+    cli.add_option("seed", seed, "random seed (default: a fresh one; printed, to replay a run)");
+    CLI11_PARSE(cli, argc, argv);
     rng.seed(seed);
     std::printf("sql_fuzz: %ld calls, seed %lu\n", calls, seed);
 

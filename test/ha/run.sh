@@ -130,7 +130,7 @@ conninfo="host=127.0.0.1,127.0.0.1 port=$p1,$p2 target_session_attrs=read-write 
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds failover
   --failover-at-s "$failover_at" --stall-ms "$stall_ms" --pgdata "$dir/primary"
-  --standby-pgdata "$dir/standby" --pgbin "$bin" --worker-arg --hold-ms --worker-arg 3000)
+  --standby-pgdata "$dir/standby" --pgbin "$bin" --worker-arg=--hold-ms --worker-arg 3000)
 [ -n "$pguser" ] && nemesis+=(--pguser "$pguser")
 stall_label=""
 [ "$stall_ms" -gt 0 ] && stall_label=", walsender stalled ${stall_ms} ms before the kill"

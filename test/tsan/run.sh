@@ -11,9 +11,10 @@ build=build/tsan
 if [ "${1:-}" != --suites ]; then
   test/install-deps.sh
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2 SIMBA_CLI=no
+  make -s -j2 SIMBA_CLI=no SIMBA_WERROR=yes
   $sudo make -s install SIMBA_CLI=no >/dev/null
-  cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
+  cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
   cmake --build "$build" -j2 --target simba_unit_tests simba_pg_tests simba_fault_tests

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 if [ "${1:-}" != --suites ]; then
   test/install-deps.sh
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2 SIMBA_CLI=no
+  make -s -j2 SIMBA_CLI=no SIMBA_WERROR=yes
   $sudo make -s install SIMBA_CLI=no >/dev/null
   logs=$(mktemp -d "${TMPDIR:-/tmp}/simba-valgrind.XXXXXX")
   chmod 777 "$logs"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The Debian packages as a user gets them (make test runs this; about
+# 2 minutes on 2 cores, most of it the package build):
+#   make deb and lintian, then apt-get install of the four packages, then on a throwaway
+#   cluster (test/with-cluster.sh): CREATE EXTENSION simba from
+#   postgresql-15-simba, a program built against libsimba-client-dev with
+#   find_package(simba-client) and with pkg-config, `simba --help` and one
+#   `simba run` from simba-cli.
+# Only installed files are used, never the source tree's: the checks fail if
+# a file came from elsewhere (a `make install` under /usr/local, say).
+# Prints one "... ok" / "... FAILED" line per check. Needs root (or sudo).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+
+if [ "${1:-}" != --inside ]; then
+  # Debian's packaging tools, beside what make test installs.
+  test/install-deps.sh dpkg-dev debhelper postgresql-server-dev-all help2man lintian
+  # SIMBA_SMOKE_NO_BUILD=1: the packages already in build/deb.
+  if [ "${SIMBA_SMOKE_NO_BUILD:-0}" != 1 ]; then
+    mkdir -p build
+    make -s deb >build/deb.log 2>&1 || { tail -40 build/deb.log; echo "package: make deb ... FAILED"; exit 1; }
+    echo "package: make deb ... ok"
+  fi
+  # Clean but for the tags debian/*.lintian-overrides explain.
+  if lintian --fail-on error,warning build/deb/simba_*.changes >build/lintian.log 2>&1; then
+    echo "package: lintian ... ok"
+  else
+    cat build/lintian.log; echo "package: lintian ... FAILED"; exit 1
+  fi
+  debs=()
+  for p in postgresql-15-simba libsimba-client1 libsimba-client-dev simba-cli; do
+    debs+=("$root/$(ls build/deb/${p}_*.deb)")
+  done
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    --allow-downgrades --reinstall "${debs[@]}" >build/deb-install.log 2>&1 ||
+    { cat build/deb-install.log; echo "package: apt-get install ... FAILED"; exit 1; }
+  echo "package: apt-get install ${debs[*]##*/} ... ok"
+  exec test/with-cluster.sh "$0" --inside
+fi
+
+# --- inside the throwaway cluster ---------------------------------------
+failed=0
+check() { # description command...
+  local what=$1; shift
+  if "$@"; then echo "package: $what ... ok"; else echo "package: $what ... FAILED"; failed=1; fi
+}
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+libdir=/usr/lib/$multiarch
+work=$(mktemp -d "${TMPDIR:-/tmp}/simba-package.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# The packaged library even where a `make install` put another in /usr/local/lib.
+export LD_LIBRARY_PATH=$libdir
+
+# The extension files on disk are the package's, byte for byte.
+check "postgresql-15-simba's files unchanged on disk (dpkg --verify)" \
+  sh -c '[ -z "$(dpkg --verify postgresql-15-simba)" ]'
+check "CREATE EXTENSION simba" \
+  psql -XqAt -o /dev/null -v ON_ERROR_STOP=1 -c "CREATE EXTENSION simba" -c "SELECT simba_acquire('smoke', 'sql')"
+
+# find_package(simba-client) must find the packaged config, not another.
+cmake_build() {
+  cmake -S test/package -B "$work/cmake" >"$work/cmake.log" 2>&1 &&
+    grep -q "from $libdir/cmake/simba-client" "$work/cmake.log" &&
+    cmake --build "$work/cmake" >>"$work/cmake.log" 2>&1 ||
+    { cat "$work/cmake.log"; return 1; }
+}
+check "a program built with find_package(simba-client)" cmake_build
+pkgconfig_build() {
+  [ "$(pkg-config --variable=pcfiledir simba-client)" = "$libdir/pkgconfig" ] &&
+    g++ -o "$work/smoke-pc" test/package/smoke.cpp $(pkg-config --cflags --libs simba-client)
+}
+check "a program built with pkg-config simba-client" pkgconfig_build
+packaged_lib() {
+  ldd "$work/cmake/smoke" | grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " &&
+    ldd "$work/smoke-pc" | grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 "
+}
+check "both link the packaged libsimba-client.so.1" packaged_lib
+check "the find_package program holds a mutex" "$work/cmake/smoke"
+check "the pkg-config program holds a mutex" "$work/smoke-pc"
+
+check "simba --help (simba-cli)" sh -c '/usr/bin/simba --help >/dev/null'
+check "simba run -- true (simba-cli)" /usr/bin/simba run --mutex package-smoke -- true
+exit $failed
