@@ -303,11 +303,10 @@ int cmd_run(const std::vector<std::string>& args) {
         const auto term = page.term_sent_ns.load(), kill = page.kill_sent_ns.load();
         if (term != 0 && term != said_term) {
             said_term = term;
-            if (kill == 0)
-                std::fprintf(stderr,
-                             "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the "
-                             "lease ends, SIGKILL in %s\n",
-                             mutex.c_str(), o.rest[0].c_str(), lease_left(term).c_str(), format_duration(grace).c_str());
+            std::fprintf(stderr,
+                         "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the lease "
+                         "ends (--grace %s before the SIGKILL)\n",
+                         mutex.c_str(), o.rest[0].c_str(), lease_left(term).c_str(), format_duration(grace).c_str());
         }
         if (kill != 0 && kill != said_kill) {
             said_kill = kill;
@@ -317,9 +316,8 @@ int cmd_run(const std::vector<std::string>& args) {
                              "simba run: no renewal of %s (fence %lld) came in time: killed (SIGKILL) %s's processes "
                              "%s before the lease ends\n",
                              mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(), lease_left(kill).c_str());
-            else
-                std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran: killed (SIGKILL) its processes\n",
-                             mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str());
+            else if (why == KillReason::lost)
+                std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", o.rest[0].c_str());
         }
         if (page.cmd_exited.load() && !said_exit && page.lingering.load() > 0 && page.kill_sent_ns.load() == 0) {
             said_exit = true;
@@ -339,7 +337,9 @@ int cmd_run(const std::vector<std::string>& args) {
         gone = gone || !service->is_owner();
         if (gone && !lost) {
             lost = true;
-            wd->kill_now();  // the watchdog signals; we log when it reports
+            wd->kill_now();  // the watchdog signals; we log after
+            std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran\n", mutex.c_str(),
+                         static_cast<long long>(fence), o.rest[0].c_str());
         } else if (!gone) {
             const auto st = service->state().after;
             if (st.is_owner(id) && st.fence == fence) wd->extend(st.transition_deadline());

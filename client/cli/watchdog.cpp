@@ -197,19 +197,20 @@ private:
     /// Reaps what has exited; true once no descendant is left. CMD stays a
     /// zombie until then: its pid, the group id we signal, cannot be reused.
     bool reap() {
-        if (!cmd_exited_) {
-            siginfo_t si{};
-            if (::waitid(P_PID, static_cast<id_t>(cmd_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == cmd_) {
-                cmd_exited_ = true;
-                page_.cmd_status.store(si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f));
-                page_.cmd_exited.store(1);
-                news();
-            }
-        }
+        siginfo_t si{};
+        const bool exited = !cmd_exited_ &&
+                            ::waitid(P_PID, static_cast<id_t>(cmd_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                            si.si_pid == cmd_;
         int left = 0;
         for (pid_t k : children_of(self_))
             if (k != cmd_ && ::waitpid(k, nullptr, WNOHANG) == 0) ++left;
-        if (page_.lingering.exchange(left) != left) news();
+        bool changed = page_.lingering.exchange(left) != left;
+        if (exited) {  // published after `lingering`: simba run reads both at once
+            cmd_exited_ = changed = true;
+            page_.cmd_status.store(si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f));
+            page_.cmd_exited.store(1);
+        }
+        if (changed) news();
         if (!cmd_exited_ || left > 0) return false;
         if (!cmd_reaped_) {
             ::waitpid(cmd_, nullptr, 0);
