@@ -3,6 +3,7 @@
 // same server. Every wait is a condition with a deadline; the CMDs that
 // simba run starts check exclusivity themselves (mkdir is atomic).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -172,18 +173,35 @@ pid_t watchdog_of(pid_t runner) {
 
 using WallClock = std::chrono::system_clock;
 
-/// When none of `pids` was alive any more, on the wall clock (the server's
-/// clock on this machine), polling every 2 ms; nullopt if some still live.
-std::optional<WallClock::time_point> gone_at(const std::vector<pid_t>& pids, milliseconds timeout) {
-    std::optional<WallClock::time_point> at;
-    eventually([&] {
-        for (pid_t p : pids)
-            if (alive(p)) return false;
-        at = WallClock::now();
-        return true;
-    }, timeout);
-    return at;
-}
+/// When CMD's last process exited, on the wall clock (the server's clock on
+/// this machine). CMD opens the FIFO `$D/family` for writing as fd 3 and
+/// every process it starts inherits it; the kernel closes a dying process's
+/// files before it turns zombie, so the reader sees POLLHUP the moment the
+/// last of them is gone: no polling interval in the measurement.
+class FamilyWatch {
+public:
+    explicit FamilyWatch(const std::string& dir) : path_(dir + "/family") {
+        ::mkfifo(path_.c_str(), 0600);
+        fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // before any writer: HUP only after one left
+    }
+    ~FamilyWatch() { ::close(fd_); }
+    std::optional<WallClock::time_point> gone_at(milliseconds timeout) {
+        const auto until = SteadyClock::now() + timeout;
+        for (;;) {
+            const auto left = duration_cast<milliseconds>(until - SteadyClock::now()).count();
+            if (left <= 0 || fd_ < 0) return std::nullopt;
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(left)) > 0 && (p.revents & POLLHUP)) return WallClock::now();
+            char buf[64];
+            while (::read(fd_, buf, sizeof buf) > 0) {
+            }
+        }
+    }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+};
 
 /// The server's end of the lease on `mutex` (transition_at), read once the
 /// server's clock has passed it, so no late renewal can move it any more.
@@ -204,8 +222,10 @@ std::optional<WallClock::time_point> lease_end(pqxx::connection& c, const std::s
 long long ms_between(WallClock::time_point a, WallClock::time_point b) { return duration_cast<milliseconds>(b - a).count(); }
 
 /// A CMD that leaves processes behind: a background child in its group and a
-/// daemon (setsid, its parent gone) that ignores SIGTERM; their pids in $D.
+/// daemon (setsid, its parent gone) that ignores SIGTERM; their pids in $D,
+/// all holding $D/family (FamilyWatch).
 const std::string kFamily =
+    "exec 3> \"$D/family\"; "
     "sleep 60 & echo $! > \"$D/bg\"; "
     "setsid sh -c 'trap \"\" TERM; sleep 60 & echo $! > \"$D/daemon\"' & "
     "echo $$ > \"$D/cmd\"; ";
@@ -368,6 +388,7 @@ TEST(CliRunLease, StoppedRunnerCannotKeepItsCommandPastTheLease) {
     TempDir d;
     auto c = admin();  // the extension exists before simba run looks
     const auto mutex = unique_name("cli-stopped");
+    FamilyWatch watch(d.path);
     Proc runner({"run", "--mutex", mutex, "--contender", "stopped", "--ttl", "1s", "--transition", "500ms",
                  "--metrics-file", d.path + "/m.prom", "--", "sh", "-c", kFamily + "while :; do sleep 0.05; done"},
                 {"D=" + d.path});
@@ -376,8 +397,9 @@ TEST(CliRunLease, StoppedRunnerCannotKeepItsCommandPastTheLease) {
     for (pid_t p : family) ASSERT_TRUE(alive(p));
     // Frozen simba run: no renewal, and it cannot signal anything either.
     ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
-    auto gone = gone_at(family, 10000ms);
+    auto gone = watch.gone_at(10000ms);
     ASSERT_TRUE(gone) << "CMD's processes outlived a stopped simba run";
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
     auto end = lease_end(*c, mutex);
     ASSERT_TRUE(end);
     EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
@@ -386,6 +408,7 @@ TEST(CliRunLease, StoppedRunnerCannotKeepItsCommandPastTheLease) {
     ASSERT_EQ(run({"acquire", "--mutex", mutex, "--contender", "thief", "--ttl", "30s"}).rc, 0);
     ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
     EXPECT_EQ(runner.wait(), 76) << runner.err();
+    std::printf("%s", runner.err().c_str());
     EXPECT_NE(runner.err().find("sent SIGTERM"), std::string::npos) << runner.err();
     EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << "the daemon ignores SIGTERM: " << runner.err();
     EXPECT_EQ(owner_of(mutex), "thief") << "the late release must not disturb the new holder";
@@ -405,6 +428,7 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
     auto c = admin(db.conninfo());  // stays connected through the outage: reads the row
     const auto mutex = unique_name("cli-outage");
     // CMD and its background child ignore SIGTERM (CMD notes when it came).
+    FamilyWatch watch(d.path);
     Proc runner({"run", "--dsn", db.conninfo(), "--mutex", mutex, "--ttl", "2s", "--transition", "1s", "--grace",
                  "500ms", "--", "sh", "-c",
                  "trap '' TERM; " + kFamily + "trap 'date +%s.%N >> \"$D/term\"' TERM; while :; do sleep 0.05; done"},
@@ -418,8 +442,9 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
         tx.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                  " WHERE datname = current_database() AND pid <> pg_backend_pid()");
     }
-    auto gone = gone_at(family, 10000ms);
+    auto gone = watch.gone_at(10000ms);
     ASSERT_TRUE(gone) << runner.err();
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
     auto end = lease_end(*c, mutex);
     ASSERT_TRUE(end);
     EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
@@ -432,6 +457,7 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
     std::printf("failing renewals: SIGTERM seen %lld ms, processes gone %lld ms before the lease end\n",
                 ms_between(term_at, *end), ms_between(*gone, *end));
     EXPECT_EQ(runner.wait(), 76) << runner.err();
+    std::printf("%s", runner.err().c_str());
     EXPECT_NE(runner.err().find("renewals of " + mutex + " are failing: sent SIGTERM"), std::string::npos) << runner.err();
     EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
 }
@@ -450,18 +476,19 @@ TEST(CliRunLease, BackgroundProcessesKeepTheLockUntilTheyExit) {
     ASSERT_TRUE(eventually([&] { return !alive(cmd); }, 10000ms));
     const auto cmd_exited = WallClock::now();
     // Held, and renewed past the lease CMD's own tenure proved, while they run.
-    auto transition_at = [&] {
-        pqxx::nontransaction tx(*c);
-        auto r = tx.exec_params1("SELECT extract(epoch FROM transition_at)::float8 FROM simba_mutex WHERE mutex = $1", mutex);
-        return WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0].as<double>())));
-    };
     bool held = true;
     ASSERT_TRUE(eventually([&] {
-        if (runner.wait(0ms) != -1 || owner_of(mutex) != "bg-holder" || !alive(bg) || !alive(daemon)) {
+        pqxx::nontransaction tx(*c);
+        auto r = tx.exec_params1("SELECT coalesce(owner_id, ''), extract(epoch FROM transition_at)::float8"
+                                 " FROM simba_mutex_status WHERE mutex = $1",
+                                 mutex);
+        if (runner.wait(0ms) != -1 || r[0].as<std::string>() != "bg-holder" || !alive(bg) || !alive(daemon)) {
             held = false;
             return true;
         }
-        return transition_at() > cmd_exited + 1500ms;
+        const WallClock::time_point transition_at(
+            duration_cast<WallClock::duration>(std::chrono::duration<double>(r[1].as<double>())));
+        return transition_at > cmd_exited + 1500ms;
     }, 10000ms));
     EXPECT_TRUE(held) << "released, or its processes killed, while CMD's processes ran: " << runner.err();
     // One left: still held.
@@ -473,13 +500,14 @@ TEST(CliRunLease, BackgroundProcessesKeepTheLockUntilTheyExit) {
     ASSERT_EQ(::kill(daemon, SIGKILL), 0);
     EXPECT_EQ(runner.wait(), 0) << runner.err();
     EXPECT_EQ(owner_of(mutex), "");
-    EXPECT_NE(runner.err().find("left 2 process(es) running"), std::string::npos) << runner.err();
+    EXPECT_NE(runner.err().find("process(es) running: holding " + mutex), std::string::npos) << runner.err();
 }
 
 TEST(CliRunLease, KilledRunnerTakesTheCommandsProcessesWithIt) {
     TempDir d;
     auto c = admin();  // the extension exists before simba run looks
     const auto mutex = unique_name("cli-killed");
+    FamilyWatch watch(d.path);
     Proc runner({"run", "--mutex", mutex, "--ttl", "1s", "--transition", "500ms", "--", "sh", "-c",
                  kFamily + "while :; do sleep 0.05; done"},
                 {"D=" + d.path});
@@ -491,8 +519,9 @@ TEST(CliRunLease, KilledRunnerTakesTheCommandsProcessesWithIt) {
     ASSERT_EQ(::kill(runner.pid(), SIGKILL), 0);
     const auto killed = WallClock::now();
     EXPECT_EQ(runner.wait(), 128 + SIGKILL);
-    auto gone = gone_at(family, 10000ms);
+    auto gone = watch.gone_at(10000ms);
     ASSERT_TRUE(gone);
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
     auto end = lease_end(*c, mutex);
     ASSERT_TRUE(end);
     EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
