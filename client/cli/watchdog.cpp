@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -107,7 +109,6 @@ public:
                         news();
                         ::_exit(0);
                     }
-                    if (cmd_reaped_) wake = std::min(wake, now + 5000000);  // a late orphan: look again soon
                 }
             }
             arm(wake);
@@ -201,9 +202,19 @@ private:
         const bool exited = !cmd_exited_ &&
                             ::waitid(P_PID, static_cast<id_t>(cmd_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
                             si.si_pid == cmd_;
-        int left = 0;
-        for (pid_t k : children_of(self_))
-            if (k != cmd_ && ::waitpid(k, nullptr, WNOHANG) == 0) ++left;
+        // A child reaped here may have had children the scan saw under it,
+        // not yet under us: scan again until a scan reaps nothing.
+        int left;
+        for (bool reaped = true; reaped;) {
+            left = 0;
+            reaped = false;
+            for (pid_t k : children_of(self_)) {
+                if (k == cmd_) continue;
+                const pid_t r = ::waitpid(k, nullptr, WNOHANG);
+                if (r == 0) ++left;
+                reaped = reaped || r == k;
+            }
+        }
         bool changed = page_.lingering.exchange(left) != left;
         if (exited) {  // published after `lingering`: simba run reads both at once
             cmd_exited_ = changed = true;
