@@ -529,6 +529,28 @@ TEST(CliRunLease, KilledRunnerTakesTheCommandsProcessesWithIt) {
                 ms_between(killed, *gone), ms_between(*gone, *end));
 }
 
+TEST(CliRunLease, KilledWatchdogTakesTheCommandsProcessesWithIt) {
+    TempDir d;
+    auto c = admin();
+    const auto mutex = unique_name("cli-watchdog");
+    FamilyWatch watch(d.path);
+    Proc runner({"run", "--mutex", mutex, "--contender", "guarded", "--ttl", "2s", "--transition", "1s", "--", "sh",
+                 "-c", kFamily + "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const std::vector<pid_t> family = {pid_in(d.path + "/cmd"), pid_in(d.path + "/bg"), pid_in(d.path + "/daemon")};
+    for (pid_t p : family) ASSERT_GT(p, 0) << runner.err();
+    const pid_t watchdog = watchdog_of(runner.pid());
+    ASSERT_GT(watchdog, 0);
+    // CMD dies with it (PR_SET_PDEATHSIG); simba run, a subreaper too, kills what is left.
+    ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
+    ASSERT_TRUE(watch.gone_at(10000ms)) << runner.err();
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
+    EXPECT_EQ(runner.wait(), 70) << runner.err();
+    EXPECT_NE(runner.err().find("the watchdog (pid " + std::to_string(watchdog) + ") died (Killed)"), std::string::npos)
+        << runner.err();
+    EXPECT_EQ(owner_of(mutex), "") << "released once nothing of CMD's is left";
+}
+
 // ---------------------------------------------------- one-shot and status
 
 TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
