@@ -294,8 +294,8 @@ int cmd_run(const std::vector<std::string>& args) {
     bool lost = false, wd_exited = false, said_exit = false;
     std::int64_t said_term = 0, said_kill = 0;
     int wd_status = 0;
-    auto lease_left = [&](std::int64_t at_ns) {
-        return format_duration(duration_cast<microseconds>(std::chrono::nanoseconds(page.lease_end_ns.load() - at_ns)));
+    auto before_end = [](const std::atomic<std::int64_t>& left_ns) {
+        return format_duration(duration_cast<microseconds>(std::chrono::nanoseconds(left_ns.load())));
     };
     // What the watchdog did, said after it was done.
     auto report = [&] {
@@ -306,7 +306,7 @@ int cmd_run(const std::vector<std::string>& args) {
             std::fprintf(stderr,
                          "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the lease "
                          "ends (--grace %s before the SIGKILL)\n",
-                         mutex.c_str(), o.rest[0].c_str(), lease_left(term).c_str(), format_duration(grace).c_str());
+                         mutex.c_str(), o.rest[0].c_str(), before_end(page.term_left_ns).c_str(), format_duration(grace).c_str());
         }
         if (kill != 0 && kill != said_kill) {
             said_kill = kill;
@@ -315,7 +315,7 @@ int cmd_run(const std::vector<std::string>& args) {
                 std::fprintf(stderr,
                              "simba run: no renewal of %s (fence %lld) came in time: killed (SIGKILL) %s's processes "
                              "%s before the lease ends\n",
-                             mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(), lease_left(kill).c_str());
+                             mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(), before_end(page.kill_left_ns).c_str());
             else if (why == KillReason::lost)
                 std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", o.rest[0].c_str());
         }

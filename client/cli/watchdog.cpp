@@ -83,6 +83,7 @@ public:
                 if (killing_) {
                     sweep(SIGKILL);  // signal first; simba run logs it
                     if (page_.kill_sent_ns.load() == 0) {
+                        page_.kill_left_ns.store(kill_at + margin - now);
                         page_.kill_sent_ns.store(now);
                         news();
                     }
@@ -92,6 +93,7 @@ public:
                     if (!termed_) {
                         sweep(SIGTERM);
                         termed_ = true;
+                        page_.term_left_ns.store(kill_at + margin - now);
                         page_.term_sent_ns.store(now);
                         news();
                     }

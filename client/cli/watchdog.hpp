@@ -49,7 +49,9 @@ struct WatchdogPage {
     std::atomic<int> cmd_status{0};             ///< CMD's wait status, once cmd_exited
     std::atomic<int> lingering{0};              ///< processes CMD left, seen at the last reap
     std::atomic<std::int64_t> term_sent_ns{0};  ///< when SIGTERM went out (renewals failing), 0: not
+    std::atomic<std::int64_t> term_left_ns{0};  ///< ... that long before the lease end then proven
     std::atomic<std::int64_t> kill_sent_ns{0};  ///< when the first SIGKILL went out, 0: not
+    std::atomic<std::int64_t> kill_left_ns{0};  ///< ... that long before the lease end then proven
     std::atomic<int> kill_reason{0};            ///< KillReason
     std::atomic<int> done{0};                   ///< no process of CMD's is left
 };

@@ -462,6 +462,39 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
     EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
 }
 
+TEST(CliRunLease, ARenewalAfterTheSigtermCallsOffTheSigkill) {
+    TempDir d;
+    auto c = admin();
+    const auto mutex = unique_name("cli-recovered");
+    Proc runner({"run", "--mutex", mutex, "--ttl", "2s", "--transition", "1s", "--grace", "500ms", "--", "sh", "-c",
+                 "trap 'echo TERM >> \"$D/term\"' TERM; trap 'exit 0' USR1; echo $$ > \"$D/cmd\"; "
+                 "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const pid_t cmd = pid_in(d.path + "/cmd");
+    ASSERT_GT(cmd, 0) << runner.err();
+    // Stopped until renewals have failed long enough for the SIGTERM ...
+    ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+    ASSERT_TRUE(eventually([&] { return !slurp(d.path + "/term").empty(); }, 10000ms)) << "no SIGTERM";
+    auto transition_at = [&] {
+        pqxx::nontransaction tx(*c);
+        auto r = tx.exec_params1("SELECT extract(epoch FROM transition_at)::float8 FROM simba_mutex WHERE mutex = $1", mutex);
+        return WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0].as<double>())));
+    };
+    const auto old_end = transition_at();  // the SIGKILL was due 301 ms before it
+    ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+    // ... then it renews within the grace: past the old lease end CMD still runs.
+    ASSERT_TRUE(eventually([&] { return transition_at() > old_end && WallClock::now() > old_end; }, 10000ms))
+        << runner.err();
+    EXPECT_TRUE(alive(cmd)) << "SIGKILLed although the lease was renewed: " << runner.err();
+    EXPECT_EQ(runner.wait(0ms), -1);
+    ASSERT_EQ(::kill(runner.pid(), SIGUSR1), 0);  // forwarded: CMD exits 0
+    EXPECT_EQ(runner.wait(), 0) << runner.err();
+    EXPECT_EQ(slurp(d.path + "/term"), "TERM\n");
+    EXPECT_NE(runner.err().find("sent SIGTERM"), std::string::npos) << runner.err();
+    EXPECT_EQ(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
+    EXPECT_EQ(owner_of(mutex), "");
+}
+
 TEST(CliRunLease, BackgroundProcessesKeepTheLockUntilTheyExit) {
     TempDir d;
     auto c = admin();  // the extension exists before simba run looks
