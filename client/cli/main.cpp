@@ -16,9 +16,11 @@ const char* help_for(const std::string& command) {
 Runs CMD while this process holds the mutex, cluster-wide: a distributed
 flock. Waits to become the leader, runs CMD with SIMBA_MUTEX, SIMBA_CONTENDER
 and SIMBA_FENCE in its environment, keeps renewing the lease while CMD runs
-and releases the mutex when CMD exits. If the lease is lost (renewals fail
-until its deadline, a server-side takeover or forced release), CMD's process
-group gets SIGTERM, then SIGKILL after --grace, and simba run exits 76.
+and releases the mutex when CMD and every process it started have exited.
+CMD and those processes are gone before the lease can pass on, whatever
+happens to simba run: a watchdog process sends them SIGTERM --grace before
+its SIGKILL, which comes a margin before the lease ends, if renewals keep
+failing (at once after a takeover or forced release); simba run exits 76.
 
 options:
   -m, --mutex NAME         the mutex (required)
@@ -27,7 +29,9 @@ options:
       --transition DURATION  grace after ttl in which only the owner may renew (default 6s)
   -w, --wait DURATION      give up waiting after this long and exit 75;
                            0 = try once; default: wait forever
-      --grace DURATION     SIGTERM -> SIGKILL delay when the lease is lost (default 10s)
+      --grace DURATION     SIGTERM this long before the SIGKILL once renewals fail;
+                           must fit in the lease (default: a third of the
+                           renewal window, max(transition, (ttl+transition)/4))
       --metrics-file PATH  write this process's client metrics (Prometheus text)
                            to PATH every --metrics-interval and at exit (atomic rename)
       --metrics-interval DURATION  (default 5s)
@@ -36,14 +40,14 @@ options:
   -h, --help
 
 CMD runs in its own process group; SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1
-and SIGUSR2 sent to simba run are forwarded to that group (so ^C in a
-terminal reaches simba run, which passes it on). CMD is killed (SIGKILL) if
-simba run itself dies.
+and SIGUSR2 sent to simba run are forwarded to that group and to processes
+CMD left (so ^C in a terminal reaches simba run, which passes it on). If
+simba run itself dies, the watchdog kills CMD and its processes at once.
 
 exit status: CMD's status when it ran to the end (128+N if it died of signal
 N); 75 busy (--wait 0, or --wait timed out); 76 lost the lock while CMD ran;
 69 could not connect; 77 permission denied; 78 extension missing; 64 usage
-error; 126/127 CMD not executable / not found; 128+N if simba run got signal
+error (also a --grace that does not fit); 70 the watchdog was killed; 126/127 CMD not executable / not found; 128+N if simba run got signal
 N while waiting (before CMD started).
 )";
     if (command == "status")

@@ -1,11 +1,12 @@
 // simba run: a cluster-wide singleton runner (a distributed flock).
 //
-// One contend service of the library holds the lease; CMD runs only between
-// its on_acquired and on_released (which the library fires no later than the
-// lease deadline it can prove, docs/design.md "Safety rules" rule 3). Every signal simba run
-// handles is blocked in all threads and read from a signalfd by the main
-// thread; the callbacks only set a flag and poke an eventfd, so the main loop
-// is the only place that starts, signals and reaps CMD.
+// One contend service of the library holds the lease. CMD is started, and
+// killed before the lease can pass on, by a watchdog process (watchdog.hpp):
+// this process only tells it the lease end the library proves after each
+// renewal (docs/design.md "Safety rules" rule 3), so a stopped, killed or
+// wedged simba run cannot keep CMD alive. Every signal simba run handles is
+// blocked in all threads and read from a signalfd by the main thread; the
+// callbacks only set a flag and poke an eventfd.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -23,8 +24,7 @@
 
 #include "cli.hpp"
 #include "simba/simba.hpp"
-
-extern char** environ;
+#include "watchdog.hpp"
 
 namespace simba::cli {
 
@@ -38,7 +38,9 @@ struct Shared {
     std::mutex m;
     bool owner = false;
     bool lost = false;  // on_released after on_acquired
+    int tenures = 0;    // on_acquired calls: a second one means the first tenure ended
     std::int64_t fence = 0;
+    SteadyClock::time_point end{};  // the acquiring reply's proven lease end
     int efd = -1;
     void poke() {
         std::uint64_t one = 1;
@@ -54,8 +56,6 @@ int wait_ms(SteadyClock::time_point until) {
     auto d = duration_cast<milliseconds>(until - SteadyClock::now()).count();
     return static_cast<int>(std::max<long long>(0, std::min<long long>(d + 1, 1000)));
 }
-
-void write_all(int fd, const char* s) { [[maybe_unused]] auto n = ::write(fd, s, std::strlen(s)); }
 
 }  // namespace
 
@@ -84,7 +84,6 @@ int cmd_run(const std::vector<std::string>& args) {
     copts.transition = parse_duration(o.get("transition", "6s"), "--transition");
     std::optional<microseconds> wait;
     if (o.has("wait") && o.get("wait") != "forever") wait = parse_duration(o.get("wait"), "--wait");
-    const auto grace = parse_duration(o.get("grace", "10s"), "--grace");
     const auto metrics_interval = parse_duration(o.get("metrics-interval", "5s"), "--metrics-interval");
     if (metrics_interval.count() <= 0) throw UsageError("--metrics-interval must be greater than 0");
     const std::string metrics_file = o.get("metrics-file");
@@ -92,6 +91,28 @@ int cmd_run(const std::vector<std::string>& args) {
     validate_mutex(mutex);
     validate_contender_id(id);
     copts.validate();
+    // The watchdog kills CMD `margin` before the lease end it can prove: a
+    // tenth of the lease (at most 500 ms) for waking and killing, plus the
+    // library's bound on the server's clock running fast. SIGTERM goes out
+    // `grace` earlier; it must come after the first renewal attempt, which
+    // the library makes `window` before the lease end (contend_period.hpp),
+    // leaving a tenth of the window for a renewal to land.
+    const auto lease = copts.ttl + copts.transition;
+    const auto margin = std::min<microseconds>(lease / 10, milliseconds(500)) +
+                        microseconds(lease.count() / 1000000 * copts.clock_drift_ppm +
+                                     lease.count() % 1000000 * copts.clock_drift_ppm / 1000000);
+    const auto window = std::max<microseconds>(copts.transition, lease / 4);
+    const auto max_grace = window - margin - window / 10;
+    const auto grace = o.has("grace") ? parse_duration(o.get("grace"), "--grace") : window / 3;
+    if (grace > max_grace)
+        throw UsageError("--grace " + format_duration(grace) + " does not fit in the lease: CMD gets SIGTERM --grace " +
+                         "before the watchdog's SIGKILL, which comes " + format_duration(margin) +
+                         " before the lease ends, and renewals start " + format_duration(window) +
+                         " before it (--transition, or a quarter of ttl + transition if more); with a tenth of that "
+                         "left for renewing, --grace can be at most " + format_duration(max_grace) +
+                         ": lower --grace or raise --transition");
+    // How often the lease end the library proves is passed to the watchdog.
+    const auto check_every = std::clamp<SteadyClock::duration>(window / 20, milliseconds(5), milliseconds(100));
 
     // Signals: blocked before any thread exists, so the library's threads
     // inherit the mask and every signal reaches the signalfd.
@@ -137,12 +158,27 @@ int cmd_run(const std::vector<std::string>& args) {
         }
     }
 
+    // Forked now, while this process has a single thread (the factory below
+    // starts the library's); a subreaper, like the watchdog, so that what CMD
+    // leaves comes to us should the watchdog be killed.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    WatchdogConfig wcfg;
+    wcfg.argv = o.rest;
+    wcfg.mutex = mutex;
+    wcfg.contender = id;
+    wcfg.margin = margin;
+    wcfg.grace = grace;
+    wcfg.cmd_mask = old_mask;
+    auto wd = std::make_unique<Watchdog>(std::move(wcfg), std::vector<int>{sfd, sh->efd});
+
     auto contender = std::make_shared<FunctionContender>(
         mutex,
         [sh](const MutexState& st) {
             std::lock_guard<std::mutex> lock(sh->m);
             sh->owner = true;  // `lost` stays set: a new tenure does not undo a loss
+            ++sh->tenures;
             sh->fence = st.after.fence;
+            sh->end = st.after.transition_deadline();
             sh->poke();
         },
         [sh](const MutexState&) {
@@ -198,6 +234,7 @@ int cmd_run(const std::vector<std::string>& args) {
             if (sh->owner && service->is_owner()) {
                 fence = sh->fence;
                 sh->lost = false;
+                sh->tenures = 1;  // counted from the tenure CMD runs in
                 break;
             }
         }
@@ -224,7 +261,15 @@ int cmd_run(const std::vector<std::string>& args) {
         signalfd_siginfo si;
         while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
             int sig = static_cast<int>(si.ssi_signo);
-            if (sig == SIGCHLD || sig == SIGUSR1 || sig == SIGUSR2) continue;
+            if (sig == SIGCHLD) {
+                if (::waitpid(wd->pid(), nullptr, WNOHANG) == wd->pid()) {
+                    service->stop();
+                    throw Failure(software, "the watchdog (pid " + std::to_string(wd->pid()) +
+                                                ") died before CMD started");
+                }
+                continue;
+            }
+            if (sig == SIGUSR1 || sig == SIGUSR2) continue;
             say(verbose, std::string("got ") + strsignal(sig) + " while waiting: stopping");
             service->stop();
             write_metrics();
@@ -233,111 +278,131 @@ int cmd_run(const std::vector<std::string>& args) {
     }
 
     // ------------------------------------------------------------- CMD
-    // Everything the child needs is built before fork: between fork and exec
-    // only async-signal-safe calls (the parent has threads).
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e) {
-        std::string kv = *e;
-        if (kv.rfind("SIMBA_MUTEX=", 0) == 0 || kv.rfind("SIMBA_CONTENDER=", 0) == 0 || kv.rfind("SIMBA_FENCE=", 0) == 0)
-            continue;
-        env_strings.push_back(kv);
+    // The watchdog starts CMD and enforces the lease on it; this loop only
+    // feeds it the lease end the library proves after each renewal, passes
+    // signals on and reports. Nothing here is on the path that kills CMD in
+    // time (docs/design.md, "simba run").
+    const auto tenure = service->state().after;
+    if (tenure.is_owner(id) && tenure.fence == fence) wd->extend(tenure.transition_deadline());
+    {
+        std::lock_guard<std::mutex> lock(sh->m);
+        wd->extend(sh->end);
     }
-    env_strings.push_back("SIMBA_MUTEX=" + mutex);
-    env_strings.push_back("SIMBA_CONTENDER=" + id);
-    env_strings.push_back("SIMBA_FENCE=" + std::to_string(fence));
-    std::vector<char*> envp, argv;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    for (auto& s : o.rest) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    const std::string not_found = "simba run: " + o.rest[0] + ": command not found\n";
-    const std::string cannot = "simba run: " + o.rest[0] + ": cannot execute\n";
-    const pid_t parent = ::getpid();
+    wd->start(fence);
+    const auto& page = wd->page();
 
-    const pid_t child = ::fork();
-    if (child < 0) {
-        service->stop();
-        throw Failure(software, std::string("fork: ") + std::strerror(errno));
-    }
-    if (child == 0) {
-        ::setpgid(0, 0);
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // CMD must not outlive a killed simba run
-        if (::getppid() != parent) ::_exit(cannot_execute);
-        ::close(sfd);
-        ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-        ::execvpe(argv[0], argv.data(), envp.data());
-        const int err = errno;
-        write_all(2, err == ENOENT ? not_found.c_str() : cannot.c_str());
-        ::_exit(err == ENOENT ? static_cast<int>(Exit::not_found) : static_cast<int>(Exit::cannot_execute));
-    }
-    ::setpgid(child, child);  // also here: no window in which a signal misses the group
-    say(verbose, "acquired " + mutex + " as " + id + ", fence " + std::to_string(fence) + ": running " + o.rest[0] +
-                     " (pid " + std::to_string(child) + ")");
-    write_metrics();
-
-    bool lost = false, killed = false;
-    auto kill_at = SteadyClock::time_point::max();
-    int status = 0;
-    auto signal_group = [&](int sig) {
-        if (::kill(-child, sig) != 0) ::kill(child, sig);
+    bool lost = false, wd_exited = false, said_exit = false;
+    std::int64_t said_term = 0, said_kill = 0;
+    int wd_status = 0;
+    auto before_end = [](const std::atomic<std::int64_t>& left_ns) {
+        return format_duration(duration_cast<microseconds>(std::chrono::nanoseconds(left_ns.load())));
     };
-    for (;;) {
+    // What the watchdog did, said after it was done.
+    auto report = [&] {
+        if (page.cmd_pid.load() < 0) return;
+        const auto term = page.term_sent_ns.load(), kill = page.kill_sent_ns.load();
+        if (term != 0 && term != said_term) {
+            said_term = term;
+            std::fprintf(stderr,
+                         "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the lease "
+                         "ends (--grace %s before the SIGKILL)\n",
+                         mutex.c_str(), o.rest[0].c_str(), before_end(page.term_left_ns).c_str(), format_duration(grace).c_str());
+        }
+        if (kill != 0 && kill != said_kill) {
+            said_kill = kill;
+            const auto why = static_cast<KillReason>(page.kill_reason.load());
+            if (why == KillReason::deadline)
+                std::fprintf(stderr,
+                             "simba run: no renewal of %s (fence %lld) came in time: killed (SIGKILL) %s's processes "
+                             "%s before the lease ends\n",
+                             mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(), before_end(page.kill_left_ns).c_str());
+            else if (why == KillReason::lost)
+                std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", o.rest[0].c_str());
+        }
+        if (page.cmd_exited.load() && !said_exit && page.lingering.load() > 0 && page.kill_sent_ns.load() == 0) {
+            said_exit = true;
+            const int st = page.cmd_status.load();
+            std::fprintf(stderr,
+                         "simba run: %s exited (status %d) and left %d process(es) running: holding %s until they exit\n",
+                         o.rest[0].c_str(), WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), page.lingering.load(),
+                         mutex.c_str());
+        }
+    };
+    while (!wd_exited) {
         bool gone;
         {
             std::lock_guard<std::mutex> lock(sh->m);
-            gone = sh->lost || !sh->owner || sh->fence != fence || !service->is_owner();
+            gone = sh->lost || !sh->owner || sh->fence != fence;
         }
+        gone = gone || !service->is_owner();
         if (gone && !lost) {
             lost = true;
-            kill_at = SteadyClock::now() + grace;
-            std::fprintf(stderr,
-                         "simba run: lost the lock on %s (fence %lld) while %s ran: sending SIGTERM, SIGKILL in %s\n",
-                         mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(),
-                         format_duration(grace).c_str());
-            signal_group(SIGTERM);
+            wd->kill_now();  // the watchdog signals; we log after
+            std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran\n", mutex.c_str(),
+                         static_cast<long long>(fence), o.rest[0].c_str());
+        } else if (!gone) {
+            const auto st = service->state().after;
+            if (st.is_owner(id) && st.fence == fence) wd->extend(st.transition_deadline());
         }
-        if (lost && !killed && SteadyClock::now() >= kill_at) {
-            say(true, o.rest[0] + " still running " + format_duration(grace) + " after SIGTERM: SIGKILL");
-            signal_group(SIGKILL);
-            killed = true;
-        }
+        report();
         auto now = SteadyClock::now();
         if (metrics_due() <= now) write_metrics();
-        auto until = std::min(metrics_due(), killed ? SteadyClock::time_point::max() : kill_at);
-        pollfd fds[2] = {{sfd, POLLIN, 0}, {sh->efd, POLLIN, 0}};
-        ::poll(fds, 2, wait_ms(until));
+        pollfd fds[3] = {{sfd, POLLIN, 0}, {sh->efd, POLLIN, 0}, {wd->news_fd(), POLLIN, 0}};
+        ::poll(fds, 3, wait_ms(std::min(metrics_due(), now + check_every)));
         drain_efd();
-        bool exited = false;
+        wd->drain();
         signalfd_siginfo si;
         while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
             int sig = static_cast<int>(si.ssi_signo);
             if (sig != SIGCHLD) {
+                wd->forward(sig);
                 say(verbose, std::string("forwarding ") + strsignal(sig) + " to " + o.rest[0]);
-                signal_group(sig);
             }
         }
-        // Checked whether or not a SIGCHLD was seen (signals coalesce); not
-        // reaped yet, so CMD's pid (= its group id) cannot be reused before
-        // the group is killed below.
-        siginfo_t info{};
-        if (::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child)
-            exited = true;
-        if (exited) break;
+        // Checked whether or not a SIGCHLD was seen (signals coalesce).
+        if (::waitpid(wd->pid(), &wd_status, WNOHANG) == wd->pid()) wd_exited = true;
     }
+    if (!(WIFEXITED(wd_status) && WEXITSTATUS(wd_status) == 0 && page.done.load())) {
+        // The watchdog was killed: CMD died with it (PR_SET_PDEATHSIG); what
+        // it left is reparented to us (a subreaper too).
+        kill_all_children();
+        service->stop();
+        write_metrics();
+        std::fprintf(stderr, "simba run: the watchdog (pid %d) died (%s): killed %s and its processes\n",
+                     static_cast<int>(wd->pid()),
+                     WIFSIGNALED(wd_status) ? strsignal(WTERMSIG(wd_status))
+                                            : ("status " + std::to_string(WEXITSTATUS(wd_status))).c_str(),
+                     o.rest[0].c_str());
+        return software;
+    }
+    if (page.cmd_pid.load() < 0) {
+        service->stop();
+        throw Failure(software, std::string("fork: ") + std::strerror(-page.cmd_pid.load()));
+    }
+    report();
+    const bool killed = page.kill_sent_ns.load() != 0;
+    bool ended;
     {
         std::lock_guard<std::mutex> lock(sh->m);
-        if (!lost && (sh->lost || sh->fence != fence || !service->is_owner())) {
-            lost = true;  // the lease ended before CMD did: it finished after the lease ended
-            std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", o.rest[0].c_str(),
-                         mutex.c_str());
-        }
+        ended = sh->lost || sh->fence != fence || !service->is_owner();
     }
-    if (lost) ::kill(-child, SIGKILL);  // whatever CMD left behind in its group
-    ::waitpid(child, &status, 0);
+    // Every process CMD started is gone: only now may the lock pass on.
+    // stop() runs the callbacks still queued: a lapse the library bridged
+    // with a new tenure (simba run was stopped past its lease) shows there.
     service->stop();
+    {
+        std::lock_guard<std::mutex> lock(sh->m);
+        ended = ended || sh->tenures > 1 || sh->fence != fence;
+    }
+    if (!lost && !killed && ended) {
+        lost = true;  // the lease ended before CMD's processes did: they finished after it ended
+        std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", o.rest[0].c_str(),
+                     mutex.c_str());
+    }
     write_metrics();
+    const int status = page.cmd_status.load();
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : software;
-    if (lost) {
+    if (lost || killed) {
         say(verbose, o.rest[0] + " ended (status " + std::to_string(rc) + ") after the lock was lost: exit 76");
         return lost_lock;
     }

@@ -3,6 +3,7 @@
 // same server. Every wait is a condition with a deadline; the CMDs that
 // simba run starts check exclusivity themselves (mkdir is atomic).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -138,6 +141,96 @@ std::string owner_of(const std::string& mutex) {
     return r.empty() || r[0][0].is_null() ? std::string() : r[0][0].as<std::string>();
 }
 
+/// Alive: in /proc and not a zombie (a killed process its parent has not reaped yet).
+bool alive(pid_t pid) {
+    auto st = slurp("/proc/" + std::to_string(pid) + "/stat");  // "pid (comm) S ..."
+    auto p = st.rfind(')');
+    return p != std::string::npos && p + 2 < st.size() && st[p + 2] != 'Z';
+}
+
+/// The pid a CMD wrote to `path` (waits for the whole line).
+pid_t pid_in(const std::string& path) {
+    std::string s;
+    if (!eventually([&] { return !(s = slurp(path)).empty() && s.back() == '\n'; }, 10000ms)) return -1;
+    return static_cast<pid_t>(std::stol(s));
+}
+
+/// simba run's watchdog: its child named simba-watchdog.
+pid_t watchdog_of(pid_t runner) {
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const auto name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        auto st = slurp(e.path().string() + "/stat");
+        auto open = st.find('('), close = st.rfind(')');
+        if (open == std::string::npos || close == std::string::npos) continue;
+        std::istringstream rest(st.substr(close + 2));
+        char state;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == runner && st.substr(open + 1, close - open - 1) == "simba-watchdog") return std::stoi(name);
+    }
+    return -1;
+}
+
+using WallClock = std::chrono::system_clock;
+
+/// When CMD's last process exited, on the wall clock (the server's clock on
+/// this machine). CMD opens the FIFO `$D/family` for writing as fd 3 and
+/// every process it starts inherits it; the kernel closes a dying process's
+/// files before it turns zombie, so the reader sees POLLHUP the moment the
+/// last of them is gone: no polling interval in the measurement.
+class FamilyWatch {
+public:
+    explicit FamilyWatch(const std::string& dir) : path_(dir + "/family") {
+        ::mkfifo(path_.c_str(), 0600);
+        fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // before any writer: HUP only after one left
+    }
+    ~FamilyWatch() { ::close(fd_); }
+    std::optional<WallClock::time_point> gone_at(milliseconds timeout) {
+        const auto until = SteadyClock::now() + timeout;
+        for (;;) {
+            const auto left = duration_cast<milliseconds>(until - SteadyClock::now()).count();
+            if (left <= 0 || fd_ < 0) return std::nullopt;
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(left)) > 0 && (p.revents & POLLHUP)) return WallClock::now();
+            char buf[64];
+            while (::read(fd_, buf, sizeof buf) > 0) {
+            }
+        }
+    }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+};
+
+/// The server's end of the lease on `mutex` (transition_at), read once the
+/// server's clock has passed it, so no late renewal can move it any more.
+std::optional<WallClock::time_point> lease_end(pqxx::connection& c, const std::string& mutex) {
+    std::optional<WallClock::time_point> end;
+    eventually([&] {
+        pqxx::nontransaction tx(c);
+        auto r = tx.exec_params("SELECT extract(epoch FROM transition_at)::float8, clock_timestamp() > transition_at"
+                                " FROM simba_mutex WHERE mutex = $1",
+                                mutex);
+        if (r.empty() || r[0][0].is_null() || !r[0][1].as<bool>()) return false;
+        end = WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0][0].as<double>())));
+        return true;
+    }, 10000ms);
+    return end;
+}
+
+long long ms_between(WallClock::time_point a, WallClock::time_point b) { return duration_cast<milliseconds>(b - a).count(); }
+
+/// A CMD that leaves processes behind: a background child in its group and a
+/// daemon (setsid, its parent gone) that ignores SIGTERM; their pids in $D,
+/// all holding $D/family (FamilyWatch).
+const std::string kFamily =
+    "exec 3> \"$D/family\"; "
+    "sleep 60 & echo $! > \"$D/bg\"; "
+    "setsid sh -c 'trap \"\" TERM; sleep 60 & echo $! > \"$D/daemon\"' & "
+    "echo $$ > \"$D/cmd\"; ";
+
 }  // namespace
 
 // ------------------------------------------------------------------- run
@@ -185,56 +278,23 @@ TEST(CliRun, FiveRunnersOnlyOneCommandAtATime) {
     }
 }
 
-TEST(CliRun, LeaseLostWhileStoppedTerminatesTheCommand) {
-    TempDir d;
-    const auto mutex = unique_name("cli-lost");
-    Proc runner({"run", "--mutex", mutex, "--contender", "sleepy", "--ttl", "1s", "--transition", "500ms", "--grace",
-                 "5s", "--metrics-file", d.path + "/m.prom", "--", "sh", "-c",
-                 "trap 'echo TERM >> \"$D/term\"; exit 0' TERM; echo up > \"$D/started\"; "
-                 "while :; do sleep 0.05; done"},
-                {"D=" + d.path});
-    ASSERT_TRUE(eventually([&] { return exists(d.path + "/started"); }, 10000ms)) << runner.err();
-    // Freeze simba run (its renewals stop; CMD, in its own group, runs on)...
-    ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
-    // ... until another contender takes the mutex after the lease ended.
-    ASSERT_TRUE(eventually([&] { return run({"acquire", "--mutex", mutex, "--contender", "thief", "--ttl", "30s"}).rc == 0; },
-                           10000ms));
-    EXPECT_FALSE(exists(d.path + "/term")) << "CMD must not be signalled while simba run is stopped";
-    ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
-    EXPECT_EQ(runner.wait(), 76) << runner.err();
-    EXPECT_EQ(slurp(d.path + "/term"), "TERM\n");
-    EXPECT_NE(runner.err().find("lost the lock"), std::string::npos) << runner.err();
-    EXPECT_EQ(owner_of(mutex), "thief") << "the late release must not disturb the new holder";
-    auto r = prom_check::check(slurp(d.path + "/m.prom"));
-    ASSERT_TRUE(r.ok()) << r.error_text();
-    std::map<std::string, std::string> l = {{"mutex", mutex}, {"contender", "sleepy"}};
-    EXPECT_EQ(r.value("simba_client_lost_total", l), 1);
-    EXPECT_EQ(r.value("simba_client_released_total", l), 0);
-    EXPECT_EQ(r.value("simba_client_is_owner", l), 0);
-}
-
 TEST(CliRun, ForcedReleaseKillsACommandThatIgnoresSigterm) {
     TempDir d;
     const auto mutex = unique_name("cli-grace");
     // CMD ignores SIGTERM and leaves a background process in its group.
-    Proc runner({"run", "--mutex", mutex, "--ttl", "1s", "--transition", "500ms", "--grace", "300ms", "--", "sh", "-c",
+    Proc runner({"run", "--mutex", mutex, "--ttl", "1s", "--transition", "500ms", "--grace", "200ms", "--", "sh", "-c",
                  "trap '' TERM; sh -c 'echo $$ > \"$D/bg.pid\"; exec sleep 100' & "
                  "echo up > \"$D/started\"; while :; do sleep 0.05; done"},
                 {"D=" + d.path});
     ASSERT_TRUE(eventually([&] { return exists(d.path + "/started") && !slurp(d.path + "/bg.pid").empty(); }, 10000ms))
         << runner.err();
-    const std::string bg = "/proc/" + std::to_string(std::stoi(slurp(d.path + "/bg.pid"))) + "/stat";
-    auto alive = [&] {
-        auto st = slurp(bg);  // "pid (comm) S ...": gone, or a zombie, once killed
-        auto p = st.rfind(')');
-        return p != std::string::npos && p + 2 < st.size() && st[p + 2] != 'Z';
-    };
-    ASSERT_TRUE(alive());
+    const pid_t bg = pid_in(d.path + "/bg.pid");
+    ASSERT_TRUE(alive(bg));
     auto forced = run({"release", "--force", "--mutex", mutex});
     ASSERT_EQ(forced.rc, 0) << forced.err;
     EXPECT_EQ(runner.wait(), 76) << runner.err();
     EXPECT_NE(runner.err().find("SIGKILL"), std::string::npos) << runner.err();
-    EXPECT_TRUE(eventually([&] { return !alive(); }, 2000ms)) << "CMD's group is killed after a lost lease";
+    EXPECT_FALSE(alive(bg)) << "CMD's group is killed before simba run exits";
     EXPECT_EQ(owner_of(mutex), "");
 }
 
@@ -263,6 +323,12 @@ TEST(CliRun, ExitCodesAndEnvironment) {
     auto u3 = run({"run", "-m", mutex, "--ttl", "soon", "--", "true"});
     EXPECT_EQ(u3.rc, 64);
     EXPECT_NE(u3.err.find("10s, 500ms"), std::string::npos) << u3.err;
+    // --grace is CMD's time before the lease ends: it must fit in the renewal window.
+    auto u4 = run({"run", "-m", mutex, "--ttl", "1s", "--transition", "500ms", "--grace", "1s", "--", "true"});
+    EXPECT_EQ(u4.rc, 64);
+    EXPECT_NE(u4.err.find("--grace 1.0s does not fit in the lease"), std::string::npos) << u4.err;
+    EXPECT_NE(u4.err.find("at most 299ms"), std::string::npos) << u4.err;
+    EXPECT_EQ(run({"run", "-m", mutex, "--ttl", "1s", "--transition", "500ms", "--grace", "299ms", "--", "true"}).rc, 0);
     EXPECT_EQ(run({"run", "-m", mutex, "--bogus", "--", "true"}).rc, 64);
     EXPECT_EQ(run({"frobnicate"}).rc, 64);
     // --help on every command: exit 0, usage on stdout.
@@ -312,6 +378,211 @@ TEST(CliRun, SignalsAreForwardedToTheCommand) {
     ASSERT_TRUE(eventually([&] { return waiter.err().find("waiting for mutex") != std::string::npos; }, 5000ms));
     ::kill(waiter.pid(), SIGINT);
     EXPECT_EQ(waiter.wait(), 128 + SIGINT);
+}
+
+// ---------------------------------------------- run: CMD inside the lease
+// CMD and everything it started must be gone before the server's lease end
+// (transition_at), whatever happens to simba run. Judged by /proc and the
+// row's transition_at on the server's clock (the same machine's clock).
+
+TEST(CliRunLease, StoppedRunnerCannotKeepItsCommandPastTheLease) {
+    TempDir d;
+    auto c = admin();  // the extension exists before simba run looks
+    const auto mutex = unique_name("cli-stopped");
+    FamilyWatch watch(d.path);
+    Proc runner({"run", "--mutex", mutex, "--contender", "stopped", "--ttl", "1s", "--transition", "500ms",
+                 "--metrics-file", d.path + "/m.prom", "--", "sh", "-c", kFamily + "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const std::vector<pid_t> family = {pid_in(d.path + "/cmd"), pid_in(d.path + "/bg"), pid_in(d.path + "/daemon")};
+    for (pid_t p : family) ASSERT_GT(p, 0) << runner.err();
+    for (pid_t p : family) ASSERT_TRUE(alive(p));
+    // Frozen simba run: no renewal, and it cannot signal anything either.
+    ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+    auto gone = watch.gone_at(10000ms);
+    ASSERT_TRUE(gone) << "CMD's processes outlived a stopped simba run";
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
+    auto end = lease_end(*c, mutex);
+    ASSERT_TRUE(end);
+    EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
+    std::printf("stopped runner: CMD's processes gone %lld ms before the lease end\n", ms_between(*gone, *end));
+    // Another contender takes over; the woken simba run finds the lease lost.
+    ASSERT_EQ(run({"acquire", "--mutex", mutex, "--contender", "thief", "--ttl", "30s"}).rc, 0);
+    ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+    EXPECT_EQ(runner.wait(), 76) << runner.err();
+    std::printf("%s", runner.err().c_str());
+    EXPECT_NE(runner.err().find("sent SIGTERM"), std::string::npos) << runner.err();
+    EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << "the daemon ignores SIGTERM: " << runner.err();
+    EXPECT_EQ(owner_of(mutex), "thief") << "the late release must not disturb the new holder";
+    auto r = prom_check::check(slurp(d.path + "/m.prom"));
+    ASSERT_TRUE(r.ok()) << r.error_text();
+    std::map<std::string, std::string> l = {{"mutex", mutex}, {"contender", "stopped"}};
+    // Lost at the deadline, or (if simba run's release got there first) a late release.
+    EXPECT_GE(r.value("simba_client_lost_total", l) + r.value("simba_client_late_releases_total", l), 1);
+    EXPECT_EQ(r.value("simba_client_released_total", l), 0);
+    EXPECT_EQ(r.value("simba_client_is_owner", l), 0);
+}
+
+TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
+    TempDir d;
+    auto root = admin();
+    ScratchDatabase db(*root, "cli-outage");
+    auto c = admin(db.conninfo());  // stays connected through the outage: reads the row
+    const auto mutex = unique_name("cli-outage");
+    // CMD and its background child ignore SIGTERM (CMD notes when it came).
+    FamilyWatch watch(d.path);
+    Proc runner({"run", "--dsn", db.conninfo(), "--mutex", mutex, "--ttl", "2s", "--transition", "1s", "--grace",
+                 "500ms", "--", "sh", "-c",
+                 "trap '' TERM; " + kFamily + "trap 'date +%s.%N >> \"$D/term\"' TERM; while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const std::vector<pid_t> family = {pid_in(d.path + "/cmd"), pid_in(d.path + "/bg"), pid_in(d.path + "/daemon")};
+    for (pid_t p : family) ASSERT_GT(p, 0) << runner.err();
+    // The outage: logins refused, simba run's connections cut.
+    db.refuse_connections();
+    {
+        pqxx::nontransaction tx(*c);
+        tx.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                 " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    }
+    auto gone = watch.gone_at(10000ms);
+    ASSERT_TRUE(gone) << runner.err();
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
+    auto end = lease_end(*c, mutex);
+    ASSERT_TRUE(end);
+    EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
+    // SIGTERM came --grace before the SIGKILL (which comes 301 ms before the end).
+    const auto term = slurp(d.path + "/term");
+    ASSERT_FALSE(term.empty()) << "no SIGTERM before the SIGKILL: " << runner.err();
+    const WallClock::time_point term_at(duration_cast<WallClock::duration>(std::chrono::duration<double>(std::stod(term))));
+    EXPECT_LT(term_at, *gone);
+    EXPECT_LE(term_at, *end - 300ms) << "SIGTERM must leave CMD --grace before the lease ends";
+    std::printf("failing renewals: SIGTERM seen %lld ms, processes gone %lld ms before the lease end\n",
+                ms_between(term_at, *end), ms_between(*gone, *end));
+    EXPECT_EQ(runner.wait(), 76) << runner.err();
+    std::printf("%s", runner.err().c_str());
+    EXPECT_NE(runner.err().find("renewals of " + mutex + " are failing: sent SIGTERM"), std::string::npos) << runner.err();
+    EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
+}
+
+TEST(CliRunLease, ARenewalAfterTheSigtermCallsOffTheSigkill) {
+    TempDir d;
+    auto c = admin();
+    const auto mutex = unique_name("cli-recovered");
+    Proc runner({"run", "--mutex", mutex, "--ttl", "2s", "--transition", "1s", "--grace", "500ms", "--", "sh", "-c",
+                 "trap 'echo TERM >> \"$D/term\"' TERM; trap 'exit 0' USR1; echo $$ > \"$D/cmd\"; "
+                 "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const pid_t cmd = pid_in(d.path + "/cmd");
+    ASSERT_GT(cmd, 0) << runner.err();
+    // Stopped until renewals have failed long enough for the SIGTERM ...
+    ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+    ASSERT_TRUE(eventually([&] { return !slurp(d.path + "/term").empty(); }, 10000ms)) << "no SIGTERM";
+    auto transition_at = [&] {
+        pqxx::nontransaction tx(*c);
+        auto r = tx.exec_params1("SELECT extract(epoch FROM transition_at)::float8 FROM simba_mutex WHERE mutex = $1", mutex);
+        return WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0].as<double>())));
+    };
+    const auto old_end = transition_at();  // the SIGKILL was due 301 ms before it
+    ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+    // ... then it renews within the grace: past the old lease end CMD still runs.
+    ASSERT_TRUE(eventually([&] { return transition_at() > old_end && WallClock::now() > old_end; }, 10000ms))
+        << runner.err();
+    EXPECT_TRUE(alive(cmd)) << "SIGKILLed although the lease was renewed: " << runner.err();
+    EXPECT_EQ(runner.wait(0ms), -1);
+    ASSERT_EQ(::kill(runner.pid(), SIGUSR1), 0);  // forwarded: CMD exits 0
+    EXPECT_EQ(runner.wait(), 0) << runner.err();
+    EXPECT_EQ(slurp(d.path + "/term"), "TERM\n");
+    EXPECT_NE(runner.err().find("sent SIGTERM"), std::string::npos) << runner.err();
+    EXPECT_EQ(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
+    EXPECT_EQ(owner_of(mutex), "");
+}
+
+TEST(CliRunLease, BackgroundProcessesKeepTheLockUntilTheyExit) {
+    TempDir d;
+    auto c = admin();  // the extension exists before simba run looks
+    const auto mutex = unique_name("cli-background");
+    Proc runner({"run", "--mutex", mutex, "--contender", "bg-holder", "--ttl", "1s", "--transition", "500ms", "--",
+                 "sh", "-c", kFamily + "exit 0"},
+                {"D=" + d.path});
+    const pid_t cmd = pid_in(d.path + "/cmd"), bg = pid_in(d.path + "/bg"), daemon = pid_in(d.path + "/daemon");
+    ASSERT_GT(cmd, 0);
+    ASSERT_GT(bg, 0);
+    ASSERT_GT(daemon, 0);
+    ASSERT_TRUE(eventually([&] { return !alive(cmd); }, 10000ms));
+    const auto cmd_exited = WallClock::now();
+    // Held, and renewed past the lease CMD's own tenure proved, while they run.
+    bool held = true;
+    ASSERT_TRUE(eventually([&] {
+        pqxx::nontransaction tx(*c);
+        auto r = tx.exec_params1("SELECT coalesce(owner_id, ''), extract(epoch FROM transition_at)::float8"
+                                 " FROM simba_mutex_status WHERE mutex = $1",
+                                 mutex);
+        if (runner.wait(0ms) != -1 || r[0].as<std::string>() != "bg-holder" || !alive(bg) || !alive(daemon)) {
+            held = false;
+            return true;
+        }
+        const WallClock::time_point transition_at(
+            duration_cast<WallClock::duration>(std::chrono::duration<double>(r[1].as<double>())));
+        return transition_at > cmd_exited + 1500ms;
+    }, 10000ms));
+    EXPECT_TRUE(held) << "released, or its processes killed, while CMD's processes ran: " << runner.err();
+    // One left: still held.
+    ASSERT_EQ(::kill(bg, SIGKILL), 0);
+    ASSERT_TRUE(eventually([&] { return !exists("/proc/" + std::to_string(bg)); }, 5000ms)) << "reaped by the watchdog";
+    EXPECT_EQ(runner.wait(0ms), -1);
+    EXPECT_EQ(owner_of(mutex), "bg-holder");
+    // The last one exits: released, CMD's status.
+    ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+    EXPECT_EQ(runner.wait(), 0) << runner.err();
+    EXPECT_EQ(owner_of(mutex), "");
+    EXPECT_NE(runner.err().find("left 2 process(es) running: holding " + mutex), std::string::npos) << runner.err();
+}
+
+TEST(CliRunLease, KilledRunnerTakesTheCommandsProcessesWithIt) {
+    TempDir d;
+    auto c = admin();  // the extension exists before simba run looks
+    const auto mutex = unique_name("cli-killed");
+    FamilyWatch watch(d.path);
+    Proc runner({"run", "--mutex", mutex, "--ttl", "1s", "--transition", "500ms", "--", "sh", "-c",
+                 kFamily + "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    std::vector<pid_t> family = {pid_in(d.path + "/cmd"), pid_in(d.path + "/bg"), pid_in(d.path + "/daemon")};
+    for (pid_t p : family) ASSERT_GT(p, 0) << runner.err();
+    const pid_t watchdog = watchdog_of(runner.pid());
+    ASSERT_GT(watchdog, 0);
+    family.push_back(watchdog);  // which exits once it has killed them
+    ASSERT_EQ(::kill(runner.pid(), SIGKILL), 0);
+    const auto killed = WallClock::now();
+    EXPECT_EQ(runner.wait(), 128 + SIGKILL);
+    auto gone = watch.gone_at(10000ms);
+    ASSERT_TRUE(gone);
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
+    auto end = lease_end(*c, mutex);
+    ASSERT_TRUE(end);
+    EXPECT_LT(*gone, *end) << "gone " << ms_between(*end, *gone) << " ms after the lease end";
+    std::printf("killed runner: processes gone %lld ms after the SIGKILL, %lld ms before the lease end\n",
+                ms_between(killed, *gone), ms_between(*gone, *end));
+}
+
+TEST(CliRunLease, KilledWatchdogTakesTheCommandsProcessesWithIt) {
+    TempDir d;
+    auto c = admin();
+    const auto mutex = unique_name("cli-watchdog");
+    FamilyWatch watch(d.path);
+    Proc runner({"run", "--mutex", mutex, "--contender", "guarded", "--ttl", "2s", "--transition", "1s", "--", "sh",
+                 "-c", kFamily + "while :; do sleep 0.05; done"},
+                {"D=" + d.path});
+    const std::vector<pid_t> family = {pid_in(d.path + "/cmd"), pid_in(d.path + "/bg"), pid_in(d.path + "/daemon")};
+    for (pid_t p : family) ASSERT_GT(p, 0) << runner.err();
+    const pid_t watchdog = watchdog_of(runner.pid());
+    ASSERT_GT(watchdog, 0);
+    // CMD dies with it (PR_SET_PDEATHSIG); simba run, a subreaper too, kills what is left.
+    ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
+    ASSERT_TRUE(watch.gone_at(10000ms)) << runner.err();
+    for (pid_t p : family) EXPECT_TRUE(eventually([&] { return !alive(p); }, 2000ms)) << "pid " << p << " per /proc";
+    EXPECT_EQ(runner.wait(), 70) << runner.err();
+    EXPECT_NE(runner.err().find("the watchdog (pid " + std::to_string(watchdog) + ") died (Killed)"), std::string::npos)
+        << runner.err();
+    EXPECT_EQ(owner_of(mutex), "") << "released once nothing of CMD's is left";
 }
 
 // ---------------------------------------------------- one-shot and status

@@ -3,8 +3,9 @@
 # by the `demo` ctest). Five `simba run` contenders compete for one mutex;
 # the leader's worker (test/demo/worker.sh) writes fenced rows. Then:
 #   1. the leader is SIGKILLed: another takes over within ttl + transition (+ jitter);
-#   2. the new leader is SIGSTOPped past its lease; another takes over; its
-#      worker wakes first and its late write is refused by simba_fence_check;
+#   2. the new leader's machine "freezes" (simba run, its watchdog and its
+#      worker SIGSTOPped) past its lease; another takes over; its worker wakes
+#      first and its late write is refused by simba_fence_check;
 #   3. a clean stop (SIGTERM): the lock is handed over at once (NOTIFY);
 # and prints a timeline from simba_mutex_history + the ledger, writes an SVG,
 # checks the outcome (exit 1 if the takeover or the refusal did not happen,
@@ -23,7 +24,9 @@ export SIMBA_DEMO_DIR; SIMBA_DEMO_DIR=$(mktemp -d "${TMPDIR:-/tmp}/simba-demo.XX
 chmod 777 "$SIMBA_DEMO_DIR"
 
 declare -A pid=()
+frozen_watchdog=''
 cleanup() {
+  [ -n "$frozen_watchdog" ] && kill -CONT "$frozen_watchdog" 2>/dev/null || true
   for p in "${pid[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
   for f in "$SIMBA_DEMO_DIR"/*.pid; do
     [ -e "$f" ] && { kill -CONT -- "-$(cat "$f")" 2>/dev/null || true; kill -KILL -- "-$(cat "$f")" 2>/dev/null || true; }
@@ -48,6 +51,15 @@ wait_until() { # seconds description command...
     sleep 0.05
   done
 }
+watchdog_of() { # the watchdog a simba run forked: its child named simba-watchdog
+  local parent=$1 f line
+  for f in /proc/[0-9]*/stat; do
+    line=$(cat "$f" 2>/dev/null) || continue
+    case $line in *" (simba-watchdog) "*) ;; *) continue ;; esac
+    set -- ${line##*) }  # state ppid ...
+    [ "$2" = "$parent" ] && { echo "${f//[^0-9]/}"; return; }
+  done
+}
 is_leader_other_than() { local l; l=$(leader); [ -n "$l" ] && [ "$l" != "$1" ]; }
 rows_by() { [ "$(q "SELECT count(*) FROM demo_ledger WHERE writer = '$1'")" -ge "$2" ]; }
 refused_by() { [ "$(q "SELECT count(*) FROM demo_events WHERE who = '$1' AND what = 'refused'")" -ge 1 ]; }
@@ -65,7 +77,7 @@ SQL
 echo "== 5 contenders run: simba run --mutex $mutex --ttl $ttl --transition $transition -- test/demo/worker.sh"
 event all start
 for i in 1 2 3 4 5; do
-  "$simba" run --mutex "$mutex" --contender "worker-$i" --ttl "$ttl" --transition "$transition" --grace 1s \
+  "$simba" run --mutex "$mutex" --contender "worker-$i" --ttl "$ttl" --transition "$transition" \
     -- "$here/worker.sh" 2>>"$SIMBA_DEMO_DIR/run-$i.log" &
   pid[worker-$i]=$!
 done
@@ -75,7 +87,7 @@ say "$l1 is the leader; its worker writes a fenced row every 200 ms"
 wait_until 10 "writes by $l1" rows_by "$l1" 5
 
 # ------------------------------------------------------ 1. crash: SIGKILL
-say "SIGKILL $l1 (simba run and, through PR_SET_PDEATHSIG, its worker): a crash"
+say "SIGKILL $l1 (simba run; its watchdog then kills the worker at once): a crash"
 event "$l1" SIGKILL
 kill -KILL "${pid[$l1]}"
 wait "${pid[$l1]}" 2>/dev/null || true
@@ -86,10 +98,15 @@ say "$l2 took over after $l1's lease ended (ttl $ttl + transition $transition + 
 wait_until 10 "writes by $l2" rows_by "$l2" 3
 
 # ------------------------------------------- 2. pause: SIGSTOP past the lease
+# simba run alone stopped would not do: its watchdog kills the worker before
+# the lease ends. A frozen machine stops all three; fencing covers that case.
 w2=$(cat "$SIMBA_DEMO_DIR/$l2.pid")
-say "SIGSTOP $l2 and its worker (think: a VM pause or a long GC)"
+wd2=$(watchdog_of "${pid[$l2]}")
+[ -n "$wd2" ] || { echo "demo: FAILED: no watchdog under $l2's simba run" >&2; exit 1; }
+say "SIGSTOP $l2, its watchdog and its worker (think: a VM pause, the whole machine frozen)"
 event "$l2" SIGSTOP
-kill -STOP "${pid[$l2]}"; kill -STOP -- "-$w2"
+frozen_watchdog=$wd2
+kill -STOP "${pid[$l2]}" "$wd2"; kill -STOP -- "-$w2"
 wait_until 10 "takeover from the paused leader" is_leader_other_than "$l2"
 l3=$(leader)
 say "$l3 took over while $l2 was paused"
@@ -99,7 +116,9 @@ kill -CONT -- "-$w2"
 wait_until 10 "refused write by $l2" refused_by "$l2"
 say "... REFUSED by simba_fence_check: $(q "SELECT detail FROM demo_events WHERE who = '$l2' AND what = 'refused'")"
 event "$l2" SIGCONT "simba run"
-kill -CONT "${pid[$l2]}"
+kill -CONT "$wd2" "${pid[$l2]}"
+frozen_watchdog=''
+
 rc=0; wait "${pid[$l2]}" || rc=$?
 unset "pid[$l2]"
 say "$l2's simba run resumed, saw the lease was gone and exited $rc (76 = lost the lock)"
