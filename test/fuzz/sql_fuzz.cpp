@@ -168,6 +168,7 @@ struct Session {
     int calls_left = 0;
     std::vector<Tenure> new_in_txn, new_in_savepoint;  // tenures this session began, not yet committed
     std::map<std::string, long long> pending_fence;    // mutex -> fence seen inside the transaction
+    std::map<std::string, long long> savepoint_fence;  // the same, since the savepoint (gone if it rolls back)
 };
 
 struct Checker {
@@ -194,15 +195,23 @@ struct Checker {
         if (last != last_fence.end() && fence < last->second)
             violation(stats, "fence of " + mutex + " went back from " + std::to_string(last->second) + " to " +
                                  std::to_string(fence));
-        if (s.in_txn)
-            s.pending_fence[mutex] = std::max(s.pending_fence[mutex], fence);
-        else
+        if (s.in_txn) {
+            auto& pending = s.in_savepoint ? s.savepoint_fence : s.pending_fence;
+            pending[mutex] = std::max(pending[mutex], fence);
+        } else
             last_fence[mutex] = std::max(last_fence[mutex], fence);
     }
 
     void rolled_back(std::vector<Tenure>& begun) {
         dead.insert(begun.begin(), begun.end());
         begun.clear();
+    }
+
+    // The savepoint's work: kept (RELEASE, or a COMMIT over it) or undone.
+    static void end_savepoint(Session& s, bool keep) {
+        if (keep)
+            for (auto& [m, f] : s.savepoint_fence) s.pending_fence[m] = std::max(s.pending_fence[m], f);
+        s.savepoint_fence.clear();
     }
 };
 
@@ -216,6 +225,7 @@ bool command(Session& s, const std::string& sql) {
 // Ends the session's transaction; a failed COMMIT (40001) rolls back.
 void finish(Session& s, Checker& c, bool commit) {
     if (commit && command(s, "COMMIT")) {
+        Checker::end_savepoint(s, true);
         for (auto& [m, f] : s.pending_fence) c.last_fence[m] = std::max(c.last_fence[m], f);
     } else {
         command(s, "ROLLBACK");
@@ -225,6 +235,7 @@ void finish(Session& s, Checker& c, bool commit) {
     s.new_in_txn.clear();
     s.new_in_savepoint.clear();
     s.pending_fence.clear();
+    s.savepoint_fence.clear();
     s.in_txn = s.in_savepoint = false;
 }
 
@@ -361,6 +372,7 @@ int main(int argc, char** argv) {
             // An error aborts the work since the savepoint, or the transaction.
             if (st != PGRES_TUPLES_OK && s.in_savepoint && command(s, "ROLLBACK TO SAVEPOINT sp")) {
                 c.rolled_back(s.new_in_savepoint);
+                Checker::end_savepoint(s, false);
                 s.in_savepoint = false;
             } else if (st != PGRES_TUPLES_OK) {
                 finish(s, c, false);
@@ -368,6 +380,7 @@ int main(int argc, char** argv) {
                 const bool undo = pick(2) == 0;
                 command(s, undo ? "ROLLBACK TO SAVEPOINT sp" : "RELEASE SAVEPOINT sp");
                 if (undo) c.rolled_back(s.new_in_savepoint);
+                Checker::end_savepoint(s, !undo);
                 s.new_in_txn.insert(s.new_in_txn.end(), s.new_in_savepoint.begin(), s.new_in_savepoint.end());
                 s.new_in_savepoint.clear();
                 s.in_savepoint = false;
