@@ -9,7 +9,7 @@ RESET client_min_messages;
 -- up to N permits; the N+1st gets NULL
 CREATE TEMP TABLE permits AS
 SELECT n, p.*
-  FROM generate_series(1, 4) n, LATERAL simba_semaphore_acquire('workers', 'w' || n, 3, '10s', 'job-' || n) p
+  FROM generate_series(1, 4) n, LATERAL simba_semaphore_acquire('workers', 'w' || n, 3, '10min', 'job-' || n) p
  ORDER BY n;
 SELECT n, key, slot, token IS NOT NULL AS granted FROM permits ORDER BY n;
 -- fences strictly increase per key across grants
@@ -20,7 +20,7 @@ SELECT count(DISTINCT token) AS distinct_tokens, bool_and(substr(token::text, 15
   FROM permits WHERE token IS NOT NULL;
 
 -- the status view: live permits with holder, context and the key's limit
-SELECT key, slot, holder, context, permits, time_left > '9 s' AS ten_seconds
+SELECT key, slot, holder, context, permits, time_left > '9 min' AS ten_minutes
   FROM simba_semaphore_status WHERE key = 'workers' ORDER BY slot;
 
 -- release frees one; a second release of the same token is false
