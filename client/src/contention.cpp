@@ -67,8 +67,9 @@ void Contention::run_due(SteadyClock::time_point now) {
     if (!batch.empty()) attempt_batch(batch);
 }
 
-void Contention::attempt_all(SteadyClock::time_point now) {
-    for (auto& s : registry_.all()) schedule(s, now);
+void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
+    for (auto& s : registry_.all())
+        if (!waiters_only || !s->last.is_owner(s->id)) schedule(s, now);
 }
 
 void Contention::notified(const std::vector<std::string>& names) {

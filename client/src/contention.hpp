@@ -30,9 +30,10 @@ public:
     void stop(const ServicePtr& svc);
     /// Sends the attempts due now (one batch).
     void run_due(SteadyClock::time_point now);
-    /// Every running service attempts at `now` (after a reconnect, or once
-    /// LISTEN is in place).
-    void attempt_all(SteadyClock::time_point now);
+    /// Every running service attempts at `now` (after a reconnect); only
+    /// those that do not hold the lock with `waiters_only` (once LISTEN is
+    /// in place: a release it missed concerns them, an owner renews anyway).
+    void attempt_all(SteadyClock::time_point now, bool waiters_only = false);
     /// Push wake-ups: the services of these mutexes attempt now.
     void notified(const std::vector<std::string>& names);
     /// When the next attempt is due.

@@ -223,7 +223,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         bool listen_broke = false;
         for (;;) {
             auto now = SteadyClock::now();
-            if (connections.after_wake(listen_broke, now)) contention.attempt_all(now);  // missed NOTIFYs
+            if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
             listen_broke = false;
             if (connections.up() && !notified.empty()) contention.notified(notified);
             notified.clear();

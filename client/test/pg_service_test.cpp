@@ -200,6 +200,7 @@ TEST(Handoff, AnOwnerHearsItsForcedReleaseAtOnce) {
     auto sa = factory.create(a, lease(10000ms, 5000ms));
     sa->start();
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    ASSERT_TRUE(factory.wait_connected(5s));  // LISTEN in place: the NOTIFY is heard
     const auto fence_a = sa->fence();
     const auto t0 = SteadyClock::now();
     {
