@@ -46,12 +46,10 @@ struct Snapshot {
     pqxx::result mutexes, semaphores;
 };
 
-Snapshot read_status(pqxx::connection& c, const Options& o) {
+Snapshot read_status(pqxx::connection& c, const std::optional<std::string>& only) {
     Snapshot s;
     try {
         pqxx::nontransaction tx(c);
-        std::optional<std::string> only;
-        if (o.has("mutex")) only = o.get("mutex");
         s.mutexes = tx.exec_params(kMutexStatusSql, only);
         if (!only) s.semaphores = tx.exec(kSemaphoreStatusSql);
     } catch (const pqxx::failure& e) {
@@ -127,21 +125,13 @@ std::string render_json(const Snapshot& s) {
 
 }  // namespace
 
-int cmd_status(const std::vector<std::string>& args) {
-    auto o = parse_options("status", args,
-                           with_common({{"json", 'j', false}, {"watch", 'W', false}, {"interval", 'i', true},
-                                        {"mutex", 'm', true}}),
-                           false);
-    if (o.has("help")) {
-        std::fputs(help_for("status"), stdout);
-        return ok;
-    }
-    auto interval = parse_duration(o.get("interval", "2s"), "--interval");
+int cmd_status(const Args& a) {
+    auto interval = parse_duration(a.interval.value_or("2s"), "--interval");
     if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
-    auto conn = connect(o, "simba-cli");
-    if (!o.has("watch")) {
-        auto s = read_status(*conn, o);
-        std::fputs((o.has("json") ? render_json(s) : render_table(s)).c_str(), stdout);
+    auto conn = connect(a.dsn, "simba-cli");
+    if (!a.watch) {
+        auto s = read_status(*conn, a.mutex);
+        std::fputs((a.json ? render_json(s) : render_table(s)).c_str(), stdout);
         return ok;
     }
     // --watch: redraw until SIGINT/SIGTERM (taken synchronously, so the exit is clean).
@@ -155,9 +145,9 @@ int cmd_status(const std::vector<std::string>& args) {
     for (;;) {
         std::string body;
         try {
-            if (!conn || !conn->is_open()) conn = connect(o, "simba-cli");
-            auto s = read_status(*conn, o);
-            body = o.has("json") ? render_json(s) : render_table(s);
+            if (!conn || !conn->is_open()) conn = connect(a.dsn, "simba-cli");
+            auto s = read_status(*conn, a.mutex);
+            body = a.json ? render_json(s) : render_table(s);
         } catch (const Failure& e) {
             body = std::string("error: ") + e.what() + "\n";
             conn.reset();
@@ -166,10 +156,10 @@ int cmd_status(const std::vector<std::string>& args) {
         char stamp[64];
         std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
         if (tty) std::fputs("\033[H\033[2J", stdout);
-        if (!o.has("json")) std::printf("Every %s: simba status%s    %s\n\n", format_duration(interval).c_str(),
-                                        o.has("mutex") ? (" --mutex " + o.get("mutex")).c_str() : "", stamp);
+        if (!a.json) std::printf("Every %s: simba status%s    %s\n\n", format_duration(interval).c_str(),
+                                 a.mutex ? (" --mutex " + *a.mutex).c_str() : "", stamp);
         std::fputs(body.c_str(), stdout);
-        if (!tty && !o.has("json")) std::fputs("\n", stdout);
+        if (!tty && !a.json) std::fputs("\n", stdout);
         std::fflush(stdout);
         timespec ts{static_cast<time_t>(interval.count() / 1000000), static_cast<long>(interval.count() % 1000000) * 1000};
         int sig = sigtimedwait(&set, nullptr, &ts);
@@ -211,25 +201,17 @@ std::string describe_holder(const std::optional<OwnerRow>& o) {
 
 }  // namespace
 
-int cmd_acquire(const std::vector<std::string>& args) {
-    auto o = parse_options("acquire", args,
-                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"ttl", 0, true},
-                                        {"transition", 0, true}, {"json", 'j', false}}),
-                           false);
-    if (o.has("help")) {
-        std::fputs(help_for("acquire"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba acquire: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
-    const std::string id = o.get("contender", default_contender());
-    auto ttl = parse_duration(o.get("ttl", "10s"), "--ttl");
-    auto transition = parse_duration(o.get("transition", "6s"), "--transition");
+int cmd_acquire(const Args& a) {
+    if (!a.mutex) throw UsageError("simba acquire: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
+    const std::string id = a.contender ? *a.contender : default_contender();
+    auto ttl = parse_duration(a.ttl.value_or("10s"), "--ttl");
+    auto transition = parse_duration(a.transition.value_or("6s"), "--transition");
     validate_mutex(mutex);
     validate_contender_id(id);
     validate_ttl(ttl);
     validate_transition(transition);
-    auto conn = connect(o, "simba-cli");
+    auto conn = connect(a.dsn, "simba-cli");
     pqxx::result r;
     try {
         pqxx::nontransaction tx(*conn);
@@ -242,7 +224,7 @@ int cmd_acquire(const std::vector<std::string>& args) {
         fail_sql(e, "simba_acquire");
     }
     const bool won = str(r[0][0]) == id;
-    if (o.has("json")) {
+    if (a.json) {
         std::printf("{\"mutex\":%s,\"contender\":%s,\"acquired\":%s,\"owner\":%s,\"fence\":%s,\"ttl_at\":%s,"
                     "\"transition_at\":%s}\n",
                     json_string(mutex).c_str(), json_string(id).c_str(), won ? "true" : "false",
@@ -261,20 +243,14 @@ int cmd_acquire(const std::vector<std::string>& args) {
     return won ? ok : busy;
 }
 
-int cmd_release(const std::vector<std::string>& args) {
-    auto o = parse_options("release", args,
-                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"force", 'f', false}}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("release"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba release: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
+int cmd_release(const Args& a) {
+    if (!a.mutex) throw UsageError("simba release: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
     validate_mutex(mutex);
-    if (o.has("force") && o.has("contender"))
+    if (a.force && a.contender)
         throw UsageError("simba release: --force clears whoever holds the mutex; drop --contender");
-    auto conn = connect(o, "simba-cli");
-    if (o.has("force")) {
+    auto conn = connect(a.dsn, "simba-cli");
+    if (a.force) {
         bool cleared = false;
         try {
             pqxx::nontransaction tx(*conn);
@@ -297,7 +273,7 @@ int cmd_release(const std::vector<std::string>& args) {
                              : (mutex + " was free: nothing to release").c_str());
         return cleared ? ok : not_held;
     }
-    const std::string id = o.get("contender", default_contender());
+    const std::string id = a.contender ? *a.contender : default_contender();
     validate_contender_id(id);
     bool released = false;
     try {
@@ -322,16 +298,11 @@ int cmd_release(const std::vector<std::string>& args) {
     return not_held;
 }
 
-int cmd_owner(const std::vector<std::string>& args) {
-    auto o = parse_options("owner", args, with_common({{"mutex", 'm', true}, {"json", 'j', false}}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("owner"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba owner: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
+int cmd_owner(const Args& a) {
+    if (!a.mutex) throw UsageError("simba owner: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
     validate_mutex(mutex);
-    auto conn = connect(o, "simba-cli");
+    auto conn = connect(a.dsn, "simba-cli");
     std::optional<OwnerRow> row;
     try {
         row = read_owner(*conn, mutex);
@@ -339,7 +310,7 @@ int cmd_owner(const std::vector<std::string>& args) {
         fail_sql(e, "reading simba_mutex_status");
     }
     const bool held = row && !row->owner.empty() && row->state != "free";
-    if (o.has("json")) {
+    if (a.json) {
         std::printf("{\"mutex\":%s,\"owner\":%s,\"state\":%s,\"fence\":%lld,\"time_left_seconds\":%s}\n",
                     json_string(mutex).c_str(), held ? json_string(row->owner).c_str() : "null",
                     json_string(row ? row->state : "free").c_str(), static_cast<long long>(row ? row->fence : 0),
@@ -376,13 +347,8 @@ struct Exposition {
 
 }  // namespace
 
-int cmd_metrics(const std::vector<std::string>& args) {
-    auto o = parse_options("metrics", args, with_common({}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("metrics"), stdout);
-        return ok;
-    }
-    auto conn = connect(o, "simba-metrics");
+int cmd_metrics(const Args& a) {
+    auto conn = connect(a.dsn, "simba-metrics");
     Exposition x;
     pqxx::result mutexes, sems, stats;
     std::string stats_error;
