@@ -3,7 +3,7 @@
 include_guard(GLOBAL)
 
 # A user's build needs PostgreSQL's dev files, cmake, libpqxx and, for the
-# simba command, the CLI11 headers, nothing more:
+# simba command, the CLI11 and nlohmann-json headers, nothing more:
 # tests, the TCK, the fuzzer, chaos and ha suites (GoogleTest) and the
 # benchmarks (hiredis) are built only when asked. `make test` asks.
 option(SIMBA_BUILD_TESTS "Build the tests, TCK, fuzzer, chaos and ha suites (needs GoogleTest)" OFF)

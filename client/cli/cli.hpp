@@ -68,8 +68,6 @@ std::unique_ptr<pqxx::connection> connect(const std::string& dsn, const std::str
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);
 
-std::string json_string(const std::string& s);
-
 int cmd_run(const Args& args);
 int cmd_status(const Args& args);
 int cmd_acquire(const Args& args);

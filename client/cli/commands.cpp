@@ -2,11 +2,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <iostream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "simba/errors.hpp"
@@ -15,6 +17,14 @@
 namespace simba::cli {
 
 using std::chrono::microseconds;
+/// Keys in the order the README documents them.
+using Json = nlohmann::ordered_json;
+
+namespace {
+/// One line of JSON. Bytes that are not UTF-8 (a SQL_ASCII database) become
+/// U+FFFD instead of an exception.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"; }
+}  // namespace
 
 namespace {
 
@@ -27,11 +37,6 @@ std::string default_contender() {
 
 std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
 double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
-std::string num3(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", v);
-    return buf;
-}
 
 const char* const kMutexStatusSql =
     "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
@@ -94,33 +99,37 @@ std::string render_table(const Snapshot& s) {
     return out.str();
 }
 
-std::string jnull_or_string(const pqxx::field& f) { return f.is_null() ? "null" : json_string(f.c_str()); }
+/// null, or the field as a JSON string (timestamps already ISO 8601 from to_json).
+Json string_or_null(const pqxx::field& f) { return f.is_null() ? Json() : Json(f.c_str()); }
+std::int64_t int_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
+/// Seconds to the millisecond, or null.
+Json seconds_or_null(const pqxx::field& f) {
+    return f.is_null() ? Json() : Json(std::round(f.as<double>() * 1000) / 1000);
+}
 
 std::string render_json(const Snapshot& s) {
-    std::ostringstream out;
-    out << "{\"mutexes\":[";
-    bool first = true;
-    for (auto r : s.mutexes) {
-        out << (first ? "" : ",") << "{\"mutex\":" << json_string(str(r[0])) << ",\"owner\":" << jnull_or_string(r[1])
-            << ",\"state\":" << json_string(str(r[2]))
-            << ",\"time_left_seconds\":" << (r[3].is_null() ? "null" : num3(num(r[3])))
-            << ",\"fence\":" << (r[4].is_null() ? "0" : str(r[4])) << ",\"version\":" << (r[5].is_null() ? "0" : str(r[5]))
-            << ",\"acquired_at\":" << jnull_or_string(r[6]) << ",\"ttl_at\":" << jnull_or_string(r[7])
-            << ",\"transition_at\":" << jnull_or_string(r[8]) << "}";
-        first = false;
-    }
-    out << "],\"semaphores\":[";
-    first = true;
-    for (auto r : s.semaphores) {
-        out << (first ? "" : ",") << "{\"key\":" << json_string(str(r[0])) << ",\"slot\":" << str(r[1])
-            << ",\"holder\":" << jnull_or_string(r[2]) << ",\"context\":" << jnull_or_string(r[3])
-            << ",\"time_left_seconds\":" << (r[4].is_null() ? "null" : num3(num(r[4]))) << ",\"fence\":" << str(r[5])
-            << ",\"permits\":" << str(r[6]) << ",\"acquired_at\":" << jnull_or_string(r[7])
-            << ",\"expires_at\":" << jnull_or_string(r[8]) << "}";
-        first = false;
-    }
-    out << "]}\n";
-    return out.str();
+    Json out = {{"mutexes", Json::array()}, {"semaphores", Json::array()}};
+    for (auto r : s.mutexes)
+        out["mutexes"].push_back({{"mutex", str(r[0])},
+                                  {"owner", string_or_null(r[1])},
+                                  {"state", str(r[2])},
+                                  {"time_left_seconds", seconds_or_null(r[3])},
+                                  {"fence", int_or_zero(r[4])},
+                                  {"version", int_or_zero(r[5])},
+                                  {"acquired_at", string_or_null(r[6])},
+                                  {"ttl_at", string_or_null(r[7])},
+                                  {"transition_at", string_or_null(r[8])}});
+    for (auto r : s.semaphores)
+        out["semaphores"].push_back({{"key", str(r[0])},
+                                     {"slot", int_or_zero(r[1])},
+                                     {"holder", string_or_null(r[2])},
+                                     {"context", string_or_null(r[3])},
+                                     {"time_left_seconds", seconds_or_null(r[4])},
+                                     {"fence", int_or_zero(r[5])},
+                                     {"permits", int_or_zero(r[6])},
+                                     {"acquired_at", string_or_null(r[7])},
+                                     {"expires_at", string_or_null(r[8])}});
+    return dump(out);
 }
 
 }  // namespace
@@ -225,11 +234,14 @@ int cmd_acquire(const Args& a) {
     }
     const bool won = str(r[0][0]) == id;
     if (a.json) {
-        std::printf("{\"mutex\":%s,\"contender\":%s,\"acquired\":%s,\"owner\":%s,\"fence\":%s,\"ttl_at\":%s,"
-                    "\"transition_at\":%s}\n",
-                    json_string(mutex).c_str(), json_string(id).c_str(), won ? "true" : "false",
-                    jnull_or_string(r[0][0]).c_str(), r[0][1].is_null() ? "0" : r[0][1].c_str(),
-                    jnull_or_string(r[0][3]).c_str(), jnull_or_string(r[0][4]).c_str());
+        const Json out = {{"mutex", mutex},
+                          {"contender", id},
+                          {"acquired", won},
+                          {"owner", string_or_null(r[0][0])},
+                          {"fence", int_or_zero(r[0][1])},
+                          {"ttl_at", string_or_null(r[0][3])},
+                          {"transition_at", string_or_null(r[0][4])}};
+        std::fputs(dump(out).c_str(), stdout);
     } else if (won) {
         std::printf("%s\n", r[0][1].c_str());  // the fence, for $(simba acquire ...)
         std::fprintf(stderr, "simba acquire: %s holds %s, fence %s, lease ends in %s\n", id.c_str(), mutex.c_str(),
@@ -311,10 +323,14 @@ int cmd_owner(const Args& a) {
     }
     const bool held = row && !row->owner.empty() && row->state != "free";
     if (a.json) {
-        std::printf("{\"mutex\":%s,\"owner\":%s,\"state\":%s,\"fence\":%lld,\"time_left_seconds\":%s}\n",
-                    json_string(mutex).c_str(), held ? json_string(row->owner).c_str() : "null",
-                    json_string(row ? row->state : "free").c_str(), static_cast<long long>(row ? row->fence : 0),
-                    held && !row->time_left_null ? num3(row->time_left).c_str() : "null");
+        const Json out = {{"mutex", mutex},
+                          {"owner", held ? Json(row->owner) : Json()},
+                          {"state", row ? row->state : "free"},
+                          {"fence", row ? row->fence : 0},
+                          {"time_left_seconds", held && !row->time_left_null
+                                                    ? Json(std::round(row->time_left * 1000) / 1000)
+                                                    : Json()}};
+        std::fputs(dump(out).c_str(), stdout);
     } else if (held) {
         std::printf("%s\n", row->owner.c_str());
     }
