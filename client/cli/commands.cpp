@@ -339,33 +339,9 @@ int cmd_owner(const Args& a) {
 
 // ----------------------------------------------------------------- metrics
 
-namespace {
-
-struct Exposition {
-    std::string out;
-    void head(const std::string& name, const char* type, const char* help) {
-        out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    }
-    void sample(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels, double v) {
-        out += name;
-        if (!labels.empty()) {
-            out += "{";
-            bool first = true;
-            for (auto& [k, val] : labels) {
-                out += (first ? "" : ",") + k + "=\"" + escape_label_value(val) + "\"";
-                first = false;
-            }
-            out += "}";
-        }
-        out += " " + format_sample_value(v) + "\n";
-    }
-};
-
-}  // namespace
-
 int cmd_metrics(const Args& a) {
     auto conn = connect(a.dsn, "simba-metrics");
-    Exposition x;
+    PrometheusText x;
     pqxx::result mutexes, sems, stats;
     std::string stats_error;
     bool history = false;
@@ -388,8 +364,6 @@ int cmd_metrics(const Args& a) {
     } catch (const pqxx::failure& e) {
         stats_error = e.what();  // 1.1, or no SELECT on the view: the rest is still worth printing
         while (!stats_error.empty() && (stats_error.back() == '\n' || stats_error.back() == ' ')) stats_error.pop_back();
-        for (auto& c : stats_error)
-            if (c == '\n') c = ' ';
     }
 
     struct Fam {
@@ -406,7 +380,7 @@ int cmd_metrics(const Args& a) {
         {"simba_mutex_version", "gauge", "Change counter of the mutex row (acquisitions, renewals, releases).", 5},
     };
     for (auto& f : mfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : mutexes) {
             double v;
             const std::string state = str(r[2]);
@@ -416,7 +390,7 @@ int cmd_metrics(const Args& a) {
             x.sample(f.name, {{"mutex", str(r[0])}}, v);
         }
     }
-    x.head("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
+    x.family("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
     for (auto r : mutexes)
         if (!r[1].is_null() && str(r[2]) != "free") x.sample("simba_mutex_owner_info", {{"mutex", str(r[0])}, {"owner", str(r[1])}}, 1);
 
@@ -426,14 +400,14 @@ int cmd_metrics(const Args& a) {
         {"simba_semaphore_fence", "gauge", "Highest fence among the live permits of the key.", 3},
     };
     for (auto& f : sfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : sems) x.sample(f.name, {{"key", str(r[0])}}, num(r[f.col]));
     }
 
-    x.head("simba_history_enabled", "gauge",
+    x.family("simba_history_enabled", "gauge",
            "1 when simba.history is on for this database (the *_total per-holder counters need it).");
     x.sample("simba_history_enabled", {}, history ? 1 : 0);
-    if (!stats_error.empty()) x.out += "# simba_mutex_stats unavailable: " + stats_error + "\n";
+    if (!stats_error.empty()) x.comment("simba_mutex_stats unavailable: " + stats_error);
     const Fam hfams[] = {
         {"simba_mutex_acquisitions_total", "counter", "Tenures begun by the holder (from simba_mutex_history).", 2},
         {"simba_mutex_releases_total", "counter", "Releases by the holder.", 3},
@@ -444,10 +418,10 @@ int cmd_metrics(const Args& a) {
         {"simba_mutex_last_event_timestamp_seconds", "gauge", "Unix time of the holder's latest history event.", 7},
     };
     for (auto& f : hfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : stats) x.sample(f.name, {{"mutex", str(r[0])}, {"holder", str(r[1])}}, num(r[f.col]));
     }
-    std::fputs(x.out.c_str(), stdout);
+    std::fputs(x.str().c_str(), stdout);
     return ok;
 }
 
