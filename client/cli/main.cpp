@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
         return usage_error(p.command(), e.what());
     }
     if (p.version) {
-        std::puts("simba 1.2");
+        std::puts("simba " SIMBA_VERSION);  // the release (client/CMakeLists.txt)
         return ok;
     }
     if (*p.help) {

@@ -603,6 +603,10 @@ TEST(CliUsage, OptionFormsTyposAndCommandWords) {
     EXPECT_EQ(o.out, "usage\n");
     EXPECT_EQ(run({"--dsn", "host=/nonexistent-simba-dir", "owner", "-m", mutex}).rc, 69);
     EXPECT_EQ(run({"release", "-m", mutex, "-c", "usage"}).rc, 0);
+    // --version: the release, from extension/simba.control through CMake.
+    auto v = run({"--version"});
+    EXPECT_EQ(v.rc, 0);
+    EXPECT_EQ(v.out, "simba " SIMBA_VERSION "\n");
     // CMD's words are CMD's, options of simba run's and `--` included, with or without a `--` first.
     auto w1 = run({"run", "-m", mutex, "sh", "-c", "echo \"$*\"", "sh", "-v", "--dsn", "--", "-m"});
     EXPECT_EQ(w1.rc, 0) << w1.err;
