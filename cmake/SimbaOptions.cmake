@@ -2,7 +2,8 @@
 # client/ (which also configures on its own: test/tsan/run.sh, client/README.md).
 include_guard(GLOBAL)
 
-# A user's build needs PostgreSQL's dev files, cmake and libpqxx, nothing more:
+# A user's build needs PostgreSQL's dev files, cmake, libpqxx and, for the
+# simba command, the CLI11 and nlohmann-json headers, nothing more:
 # tests, the TCK, the fuzzer, chaos and ha suites (GoogleTest) and the
 # benchmarks (hiredis) are built only when asked. `make test` asks.
 option(SIMBA_BUILD_TESTS "Build the tests, TCK, fuzzer, chaos and ha suites (needs GoogleTest)" OFF)

@@ -3,11 +3,9 @@
 #pragma once
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <optional>
 #include <pqxx/pqxx>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,29 +43,16 @@ struct Failure : std::runtime_error {
     int code;
 };
 
-/// Parsed options of one command: `--name value`, `--name=value`, flags, and
-/// what follows `--` (or the first positional, for `run`).
-struct Options {
-    std::map<std::string, std::string> values;
-    std::set<std::string> flags;
-    std::vector<std::string> rest;
-
-    [[nodiscard]] bool has(const std::string& name) const { return values.count(name) || flags.count(name); }
-    [[nodiscard]] std::string get(const std::string& name, const std::string& def = {}) const {
-        auto it = values.find(name);
-        return it == values.end() ? def : it->second;
-    }
+/// A command's options as parsed (main.cpp declares them with CLI11): an
+/// option not given is nullopt / false, so each command applies its defaults
+/// and tells "not given" from "given empty".
+struct Args {
+    std::string dsn;  ///< --dsn; empty = libpq's environment
+    std::optional<std::string> mutex, contender, ttl, transition, wait, grace, interval, metrics_file,
+        metrics_interval;
+    bool json = false, watch = false, force = false, verbose = false;
+    std::vector<std::string> cmd;  ///< run: CMD [ARGS...]
 };
-
-struct OptionSpec {
-    std::string name;    ///< without "--"
-    char short_name;     ///< 0 if none
-    bool takes_value;
-};
-
-/// Parses args after the command name. Throws UsageError.
-Options parse_options(const std::string& command, const std::vector<std::string>& args,
-                      const std::vector<OptionSpec>& specs, bool allow_rest);
 
 /// "10s", "500ms", "1.5s", "2m", "1h", "250us", a bare number = seconds.
 /// Throws UsageError naming `what`.
@@ -76,24 +61,19 @@ std::string format_duration(std::chrono::microseconds d);
 /// A PostgreSQL interval literal for `d` ("1500000 microseconds").
 std::string to_interval(std::chrono::microseconds d);
 
-/// Opens a connection (--dsn, else libpq's environment). Throws Failure(69)
+/// Opens a connection (`dsn`, else libpq's environment). Throws Failure(69)
 /// with libpq's reason and what to do.
-std::unique_ptr<pqxx::connection> connect(const Options& o, const std::string& application_name);
+std::unique_ptr<pqxx::connection> connect(const std::string& dsn, const std::string& application_name);
 
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);
 
-std::string json_string(const std::string& s);
-
-/// Common options every command takes.
-std::vector<OptionSpec> with_common(std::vector<OptionSpec> specs);
-
-int cmd_run(const std::vector<std::string>& args);
-int cmd_status(const std::vector<std::string>& args);
-int cmd_acquire(const std::vector<std::string>& args);
-int cmd_release(const std::vector<std::string>& args);
-int cmd_owner(const std::vector<std::string>& args);
-int cmd_metrics(const std::vector<std::string>& args);
+int cmd_run(const Args& args);
+int cmd_status(const Args& args);
+int cmd_acquire(const Args& args);
+int cmd_release(const Args& args);
+int cmd_owner(const Args& args);
+int cmd_metrics(const Args& args);
 
 }  // namespace simba::cli
 

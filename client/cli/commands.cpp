@@ -2,11 +2,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <iostream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "simba/errors.hpp"
@@ -15,6 +17,14 @@
 namespace simba::cli {
 
 using std::chrono::microseconds;
+/// Keys in the order the README documents them.
+using Json = nlohmann::ordered_json;
+
+namespace {
+/// One line of JSON. Bytes that are not UTF-8 (a SQL_ASCII database) become
+/// U+FFFD instead of an exception.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"; }
+}  // namespace
 
 namespace {
 
@@ -27,11 +37,6 @@ std::string default_contender() {
 
 std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
 double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
-std::string num3(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", v);
-    return buf;
-}
 
 const char* const kMutexStatusSql =
     "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
@@ -46,12 +51,10 @@ struct Snapshot {
     pqxx::result mutexes, semaphores;
 };
 
-Snapshot read_status(pqxx::connection& c, const Options& o) {
+Snapshot read_status(pqxx::connection& c, const std::optional<std::string>& only) {
     Snapshot s;
     try {
         pqxx::nontransaction tx(c);
-        std::optional<std::string> only;
-        if (o.has("mutex")) only = o.get("mutex");
         s.mutexes = tx.exec_params(kMutexStatusSql, only);
         if (!only) s.semaphores = tx.exec(kSemaphoreStatusSql);
     } catch (const pqxx::failure& e) {
@@ -96,52 +99,48 @@ std::string render_table(const Snapshot& s) {
     return out.str();
 }
 
-std::string jnull_or_string(const pqxx::field& f) { return f.is_null() ? "null" : json_string(f.c_str()); }
+/// null, or the field as a JSON string (timestamps already ISO 8601 from to_json).
+Json string_or_null(const pqxx::field& f) { return f.is_null() ? Json() : Json(f.c_str()); }
+std::int64_t int_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
+/// Seconds to the millisecond, or null.
+Json seconds_or_null(const pqxx::field& f) {
+    return f.is_null() ? Json() : Json(std::round(f.as<double>() * 1000) / 1000);
+}
 
 std::string render_json(const Snapshot& s) {
-    std::ostringstream out;
-    out << "{\"mutexes\":[";
-    bool first = true;
-    for (auto r : s.mutexes) {
-        out << (first ? "" : ",") << "{\"mutex\":" << json_string(str(r[0])) << ",\"owner\":" << jnull_or_string(r[1])
-            << ",\"state\":" << json_string(str(r[2]))
-            << ",\"time_left_seconds\":" << (r[3].is_null() ? "null" : num3(num(r[3])))
-            << ",\"fence\":" << (r[4].is_null() ? "0" : str(r[4])) << ",\"version\":" << (r[5].is_null() ? "0" : str(r[5]))
-            << ",\"acquired_at\":" << jnull_or_string(r[6]) << ",\"ttl_at\":" << jnull_or_string(r[7])
-            << ",\"transition_at\":" << jnull_or_string(r[8]) << "}";
-        first = false;
-    }
-    out << "],\"semaphores\":[";
-    first = true;
-    for (auto r : s.semaphores) {
-        out << (first ? "" : ",") << "{\"key\":" << json_string(str(r[0])) << ",\"slot\":" << str(r[1])
-            << ",\"holder\":" << jnull_or_string(r[2]) << ",\"context\":" << jnull_or_string(r[3])
-            << ",\"time_left_seconds\":" << (r[4].is_null() ? "null" : num3(num(r[4]))) << ",\"fence\":" << str(r[5])
-            << ",\"permits\":" << str(r[6]) << ",\"acquired_at\":" << jnull_or_string(r[7])
-            << ",\"expires_at\":" << jnull_or_string(r[8]) << "}";
-        first = false;
-    }
-    out << "]}\n";
-    return out.str();
+    Json out = {{"mutexes", Json::array()}, {"semaphores", Json::array()}};
+    for (auto r : s.mutexes)
+        out["mutexes"].push_back({{"mutex", str(r[0])},
+                                  {"owner", string_or_null(r[1])},
+                                  {"state", str(r[2])},
+                                  {"time_left_seconds", seconds_or_null(r[3])},
+                                  {"fence", int_or_zero(r[4])},
+                                  {"version", int_or_zero(r[5])},
+                                  {"acquired_at", string_or_null(r[6])},
+                                  {"ttl_at", string_or_null(r[7])},
+                                  {"transition_at", string_or_null(r[8])}});
+    for (auto r : s.semaphores)
+        out["semaphores"].push_back({{"key", str(r[0])},
+                                     {"slot", int_or_zero(r[1])},
+                                     {"holder", string_or_null(r[2])},
+                                     {"context", string_or_null(r[3])},
+                                     {"time_left_seconds", seconds_or_null(r[4])},
+                                     {"fence", int_or_zero(r[5])},
+                                     {"permits", int_or_zero(r[6])},
+                                     {"acquired_at", string_or_null(r[7])},
+                                     {"expires_at", string_or_null(r[8])}});
+    return dump(out);
 }
 
 }  // namespace
 
-int cmd_status(const std::vector<std::string>& args) {
-    auto o = parse_options("status", args,
-                           with_common({{"json", 'j', false}, {"watch", 'W', false}, {"interval", 'i', true},
-                                        {"mutex", 'm', true}}),
-                           false);
-    if (o.has("help")) {
-        std::fputs(help_for("status"), stdout);
-        return ok;
-    }
-    auto interval = parse_duration(o.get("interval", "2s"), "--interval");
+int cmd_status(const Args& a) {
+    auto interval = parse_duration(a.interval.value_or("2s"), "--interval");
     if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
-    auto conn = connect(o, "simba-cli");
-    if (!o.has("watch")) {
-        auto s = read_status(*conn, o);
-        std::fputs((o.has("json") ? render_json(s) : render_table(s)).c_str(), stdout);
+    auto conn = connect(a.dsn, "simba-cli");
+    if (!a.watch) {
+        auto s = read_status(*conn, a.mutex);
+        std::fputs((a.json ? render_json(s) : render_table(s)).c_str(), stdout);
         return ok;
     }
     // --watch: redraw until SIGINT/SIGTERM (taken synchronously, so the exit is clean).
@@ -155,9 +154,9 @@ int cmd_status(const std::vector<std::string>& args) {
     for (;;) {
         std::string body;
         try {
-            if (!conn || !conn->is_open()) conn = connect(o, "simba-cli");
-            auto s = read_status(*conn, o);
-            body = o.has("json") ? render_json(s) : render_table(s);
+            if (!conn || !conn->is_open()) conn = connect(a.dsn, "simba-cli");
+            auto s = read_status(*conn, a.mutex);
+            body = a.json ? render_json(s) : render_table(s);
         } catch (const Failure& e) {
             body = std::string("error: ") + e.what() + "\n";
             conn.reset();
@@ -166,10 +165,10 @@ int cmd_status(const std::vector<std::string>& args) {
         char stamp[64];
         std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
         if (tty) std::fputs("\033[H\033[2J", stdout);
-        if (!o.has("json")) std::printf("Every %s: simba status%s    %s\n\n", format_duration(interval).c_str(),
-                                        o.has("mutex") ? (" --mutex " + o.get("mutex")).c_str() : "", stamp);
+        if (!a.json) std::printf("Every %s: simba status%s    %s\n\n", format_duration(interval).c_str(),
+                                 a.mutex ? (" --mutex " + *a.mutex).c_str() : "", stamp);
         std::fputs(body.c_str(), stdout);
-        if (!tty && !o.has("json")) std::fputs("\n", stdout);
+        if (!tty && !a.json) std::fputs("\n", stdout);
         std::fflush(stdout);
         timespec ts{static_cast<time_t>(interval.count() / 1000000), static_cast<long>(interval.count() % 1000000) * 1000};
         int sig = sigtimedwait(&set, nullptr, &ts);
@@ -211,25 +210,17 @@ std::string describe_holder(const std::optional<OwnerRow>& o) {
 
 }  // namespace
 
-int cmd_acquire(const std::vector<std::string>& args) {
-    auto o = parse_options("acquire", args,
-                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"ttl", 0, true},
-                                        {"transition", 0, true}, {"json", 'j', false}}),
-                           false);
-    if (o.has("help")) {
-        std::fputs(help_for("acquire"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba acquire: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
-    const std::string id = o.get("contender", default_contender());
-    auto ttl = parse_duration(o.get("ttl", "10s"), "--ttl");
-    auto transition = parse_duration(o.get("transition", "6s"), "--transition");
+int cmd_acquire(const Args& a) {
+    if (!a.mutex) throw UsageError("simba acquire: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
+    const std::string id = a.contender ? *a.contender : default_contender();
+    auto ttl = parse_duration(a.ttl.value_or("10s"), "--ttl");
+    auto transition = parse_duration(a.transition.value_or("6s"), "--transition");
     validate_mutex(mutex);
     validate_contender_id(id);
     validate_ttl(ttl);
     validate_transition(transition);
-    auto conn = connect(o, "simba-cli");
+    auto conn = connect(a.dsn, "simba-cli");
     pqxx::result r;
     try {
         pqxx::nontransaction tx(*conn);
@@ -242,12 +233,15 @@ int cmd_acquire(const std::vector<std::string>& args) {
         fail_sql(e, "simba_acquire");
     }
     const bool won = str(r[0][0]) == id;
-    if (o.has("json")) {
-        std::printf("{\"mutex\":%s,\"contender\":%s,\"acquired\":%s,\"owner\":%s,\"fence\":%s,\"ttl_at\":%s,"
-                    "\"transition_at\":%s}\n",
-                    json_string(mutex).c_str(), json_string(id).c_str(), won ? "true" : "false",
-                    jnull_or_string(r[0][0]).c_str(), r[0][1].is_null() ? "0" : r[0][1].c_str(),
-                    jnull_or_string(r[0][3]).c_str(), jnull_or_string(r[0][4]).c_str());
+    if (a.json) {
+        const Json out = {{"mutex", mutex},
+                          {"contender", id},
+                          {"acquired", won},
+                          {"owner", string_or_null(r[0][0])},
+                          {"fence", int_or_zero(r[0][1])},
+                          {"ttl_at", string_or_null(r[0][3])},
+                          {"transition_at", string_or_null(r[0][4])}};
+        std::fputs(dump(out).c_str(), stdout);
     } else if (won) {
         std::printf("%s\n", r[0][1].c_str());  // the fence, for $(simba acquire ...)
         std::fprintf(stderr, "simba acquire: %s holds %s, fence %s, lease ends in %s\n", id.c_str(), mutex.c_str(),
@@ -261,20 +255,14 @@ int cmd_acquire(const std::vector<std::string>& args) {
     return won ? ok : busy;
 }
 
-int cmd_release(const std::vector<std::string>& args) {
-    auto o = parse_options("release", args,
-                           with_common({{"mutex", 'm', true}, {"contender", 'c', true}, {"force", 'f', false}}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("release"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba release: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
+int cmd_release(const Args& a) {
+    if (!a.mutex) throw UsageError("simba release: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
     validate_mutex(mutex);
-    if (o.has("force") && o.has("contender"))
+    if (a.force && a.contender)
         throw UsageError("simba release: --force clears whoever holds the mutex; drop --contender");
-    auto conn = connect(o, "simba-cli");
-    if (o.has("force")) {
+    auto conn = connect(a.dsn, "simba-cli");
+    if (a.force) {
         bool cleared = false;
         try {
             pqxx::nontransaction tx(*conn);
@@ -297,7 +285,7 @@ int cmd_release(const std::vector<std::string>& args) {
                              : (mutex + " was free: nothing to release").c_str());
         return cleared ? ok : not_held;
     }
-    const std::string id = o.get("contender", default_contender());
+    const std::string id = a.contender ? *a.contender : default_contender();
     validate_contender_id(id);
     bool released = false;
     try {
@@ -322,16 +310,11 @@ int cmd_release(const std::vector<std::string>& args) {
     return not_held;
 }
 
-int cmd_owner(const std::vector<std::string>& args) {
-    auto o = parse_options("owner", args, with_common({{"mutex", 'm', true}, {"json", 'j', false}}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("owner"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba owner: --mutex NAME is required");
-    const std::string mutex = o.get("mutex");
+int cmd_owner(const Args& a) {
+    if (!a.mutex) throw UsageError("simba owner: --mutex NAME is required");
+    const std::string mutex = *a.mutex;
     validate_mutex(mutex);
-    auto conn = connect(o, "simba-cli");
+    auto conn = connect(a.dsn, "simba-cli");
     std::optional<OwnerRow> row;
     try {
         row = read_owner(*conn, mutex);
@@ -339,11 +322,15 @@ int cmd_owner(const std::vector<std::string>& args) {
         fail_sql(e, "reading simba_mutex_status");
     }
     const bool held = row && !row->owner.empty() && row->state != "free";
-    if (o.has("json")) {
-        std::printf("{\"mutex\":%s,\"owner\":%s,\"state\":%s,\"fence\":%lld,\"time_left_seconds\":%s}\n",
-                    json_string(mutex).c_str(), held ? json_string(row->owner).c_str() : "null",
-                    json_string(row ? row->state : "free").c_str(), static_cast<long long>(row ? row->fence : 0),
-                    held && !row->time_left_null ? num3(row->time_left).c_str() : "null");
+    if (a.json) {
+        const Json out = {{"mutex", mutex},
+                          {"owner", held ? Json(row->owner) : Json()},
+                          {"state", row ? row->state : "free"},
+                          {"fence", row ? row->fence : 0},
+                          {"time_left_seconds", held && !row->time_left_null
+                                                    ? Json(std::round(row->time_left * 1000) / 1000)
+                                                    : Json()}};
+        std::fputs(dump(out).c_str(), stdout);
     } else if (held) {
         std::printf("%s\n", row->owner.c_str());
     }
@@ -352,38 +339,9 @@ int cmd_owner(const std::vector<std::string>& args) {
 
 // ----------------------------------------------------------------- metrics
 
-namespace {
-
-struct Exposition {
-    std::string out;
-    void head(const std::string& name, const char* type, const char* help) {
-        out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    }
-    void sample(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels, double v) {
-        out += name;
-        if (!labels.empty()) {
-            out += "{";
-            bool first = true;
-            for (auto& [k, val] : labels) {
-                out += (first ? "" : ",") + k + "=\"" + escape_label_value(val) + "\"";
-                first = false;
-            }
-            out += "}";
-        }
-        out += " " + format_sample_value(v) + "\n";
-    }
-};
-
-}  // namespace
-
-int cmd_metrics(const std::vector<std::string>& args) {
-    auto o = parse_options("metrics", args, with_common({}), false);
-    if (o.has("help")) {
-        std::fputs(help_for("metrics"), stdout);
-        return ok;
-    }
-    auto conn = connect(o, "simba-metrics");
-    Exposition x;
+int cmd_metrics(const Args& a) {
+    auto conn = connect(a.dsn, "simba-metrics");
+    PrometheusText x;
     pqxx::result mutexes, sems, stats;
     std::string stats_error;
     bool history = false;
@@ -406,8 +364,6 @@ int cmd_metrics(const std::vector<std::string>& args) {
     } catch (const pqxx::failure& e) {
         stats_error = e.what();  // 1.1, or no SELECT on the view: the rest is still worth printing
         while (!stats_error.empty() && (stats_error.back() == '\n' || stats_error.back() == ' ')) stats_error.pop_back();
-        for (auto& c : stats_error)
-            if (c == '\n') c = ' ';
     }
 
     struct Fam {
@@ -424,7 +380,7 @@ int cmd_metrics(const std::vector<std::string>& args) {
         {"simba_mutex_version", "gauge", "Change counter of the mutex row (acquisitions, renewals, releases).", 5},
     };
     for (auto& f : mfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : mutexes) {
             double v;
             const std::string state = str(r[2]);
@@ -434,7 +390,7 @@ int cmd_metrics(const std::vector<std::string>& args) {
             x.sample(f.name, {{"mutex", str(r[0])}}, v);
         }
     }
-    x.head("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
+    x.family("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
     for (auto r : mutexes)
         if (!r[1].is_null() && str(r[2]) != "free") x.sample("simba_mutex_owner_info", {{"mutex", str(r[0])}, {"owner", str(r[1])}}, 1);
 
@@ -444,14 +400,14 @@ int cmd_metrics(const std::vector<std::string>& args) {
         {"simba_semaphore_fence", "gauge", "Highest fence among the live permits of the key.", 3},
     };
     for (auto& f : sfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : sems) x.sample(f.name, {{"key", str(r[0])}}, num(r[f.col]));
     }
 
-    x.head("simba_history_enabled", "gauge",
+    x.family("simba_history_enabled", "gauge",
            "1 when simba.history is on for this database (the *_total per-holder counters need it).");
     x.sample("simba_history_enabled", {}, history ? 1 : 0);
-    if (!stats_error.empty()) x.out += "# simba_mutex_stats unavailable: " + stats_error + "\n";
+    if (!stats_error.empty()) x.comment("simba_mutex_stats unavailable: " + stats_error);
     const Fam hfams[] = {
         {"simba_mutex_acquisitions_total", "counter", "Tenures begun by the holder (from simba_mutex_history).", 2},
         {"simba_mutex_releases_total", "counter", "Releases by the holder.", 3},
@@ -462,10 +418,10 @@ int cmd_metrics(const std::vector<std::string>& args) {
         {"simba_mutex_last_event_timestamp_seconds", "gauge", "Unix time of the holder's latest history event.", 7},
     };
     for (auto& f : hfams) {
-        x.head(f.name, f.type, f.help);
+        x.family(f.name, f.type, f.help);
         for (auto r : stats) x.sample(f.name, {{"mutex", str(r[0])}, {"holder", str(r[1])}}, num(r[f.col]));
     }
-    std::fputs(x.out.c_str(), stdout);
+    std::fputs(x.str().c_str(), stdout);
     return ok;
 }
 

@@ -1,4 +1,4 @@
-// simba CLI: option parsing, durations, connecting, error mapping.
+// simba CLI: durations, connecting, error mapping.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -6,61 +6,6 @@
 #include "cli.hpp"
 
 namespace simba::cli {
-
-std::vector<OptionSpec> with_common(std::vector<OptionSpec> specs) {
-    specs.push_back({"dsn", 'd', true});
-    specs.push_back({"help", 'h', false});
-    return specs;
-}
-
-Options parse_options(const std::string& command, const std::vector<std::string>& args,
-                      const std::vector<OptionSpec>& specs, bool allow_rest) {
-    Options o;
-    auto find = [&](const std::string& a) -> const OptionSpec* {
-        for (auto& s : specs) {
-            if (a.size() > 2 && a.compare(0, 2, "--") == 0 && a.substr(2) == s.name) return &s;
-            if (a.size() == 2 && a[0] == '-' && s.short_name && a[1] == s.short_name) return &s;
-        }
-        return nullptr;
-    };
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--") {
-            if (!allow_rest) throw UsageError("simba " + command + " takes no command after --");
-            o.rest.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-            return o;
-        }
-        if (a.size() > 1 && a[0] == '-') {
-            std::string name = a, value;
-            bool inline_value = false;
-            auto eq = a.find('=');
-            if (a.compare(0, 2, "--") == 0 && eq != std::string::npos) {
-                name = a.substr(0, eq);
-                value = a.substr(eq + 1);
-                inline_value = true;
-            }
-            const OptionSpec* s = find(name);
-            if (!s) throw UsageError("simba " + command + ": unknown option " + name);
-            if (s->takes_value) {
-                if (!inline_value) {
-                    if (i + 1 >= args.size()) throw UsageError("simba " + command + ": option --" + s->name + " needs a value");
-                    value = args[++i];
-                }
-                o.values[s->name] = value;
-            } else {
-                if (inline_value) throw UsageError("simba " + command + ": option --" + s->name + " takes no value");
-                o.flags.insert(s->name);
-            }
-            continue;
-        }
-        if (allow_rest) {  // the command starts at the first word that is not an option
-            o.rest.assign(args.begin() + static_cast<long>(i), args.end());
-            return o;
-        }
-        throw UsageError("simba " + command + ": unexpected argument \"" + a + "\"");
-    }
-    return o;
-}
 
 std::chrono::microseconds parse_duration(const std::string& text, const std::string& what) {
     const char* p = text.c_str();
@@ -89,8 +34,7 @@ std::string format_duration(std::chrono::microseconds d) {
 
 std::string to_interval(std::chrono::microseconds d) { return std::to_string(d.count()) + " microseconds"; }
 
-std::unique_ptr<pqxx::connection> connect(const Options& o, const std::string& application_name) {
-    std::string dsn = o.get("dsn");
+std::unique_ptr<pqxx::connection> connect(const std::string& dsn, const std::string& application_name) {
     // application_name unless the DSN sets one (libpq: a later keyword wins, so prepend).
     std::string conninfo = "application_name='" + application_name + "' connect_timeout=5";
     if (!dsn.empty()) {
@@ -125,28 +69,6 @@ void fail_sql(const std::exception& e, const std::string& doing) {
                                   "CREATE EXTENSION simba (or ALTER EXTENSION simba UPDATE) as a superuser");
     if (state.rfind("22", 0) == 0) throw Failure(usage, doing + ": " + msg);
     throw Failure(software, doing + ": " + msg + (state.empty() ? "" : " (SQLSTATE " + state + ")"));
-}
-
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out += static_cast<char>(c);
-                }
-        }
-    }
-    return out + "\"";
 }
 
 }  // namespace simba::cli

@@ -59,35 +59,20 @@ int wait_ms(SteadyClock::time_point until) {
 
 }  // namespace
 
-int cmd_run(const std::vector<std::string>& args) {
-    auto o = parse_options("run", args,
-                           with_common({{"mutex", 'm', true},
-                                        {"contender", 'c', true},
-                                        {"ttl", 0, true},
-                                        {"transition", 0, true},
-                                        {"wait", 'w', true},
-                                        {"grace", 0, true},
-                                        {"metrics-file", 0, true},
-                                        {"metrics-interval", 0, true},
-                                        {"verbose", 'v', false}}),
-                           true);
-    if (o.has("help")) {
-        std::fputs(help_for("run"), stdout);
-        return ok;
-    }
-    if (!o.has("mutex")) throw UsageError("simba run: --mutex NAME is required");
-    if (o.rest.empty()) throw UsageError("simba run: no command given: simba run --mutex NAME -- CMD [ARGS...]");
-    const std::string mutex = o.get("mutex");
-    const std::string id = o.has("contender") ? o.get("contender") : ContenderId::host();
+int cmd_run(const Args& a) {
+    if (!a.mutex) throw UsageError("simba run: --mutex NAME is required");
+    if (a.cmd.empty()) throw UsageError("simba run: no command given: simba run --mutex NAME -- CMD [ARGS...]");
+    const std::string mutex = *a.mutex;
+    const std::string id = a.contender ? *a.contender : ContenderId::host();
     ContendOptions copts;
-    copts.ttl = parse_duration(o.get("ttl", "10s"), "--ttl");
-    copts.transition = parse_duration(o.get("transition", "6s"), "--transition");
+    copts.ttl = parse_duration(a.ttl.value_or("10s"), "--ttl");
+    copts.transition = parse_duration(a.transition.value_or("6s"), "--transition");
     std::optional<microseconds> wait;
-    if (o.has("wait") && o.get("wait") != "forever") wait = parse_duration(o.get("wait"), "--wait");
-    const auto metrics_interval = parse_duration(o.get("metrics-interval", "5s"), "--metrics-interval");
+    if (a.wait && *a.wait != "forever") wait = parse_duration(*a.wait, "--wait");
+    const auto metrics_interval = parse_duration(a.metrics_interval.value_or("5s"), "--metrics-interval");
     if (metrics_interval.count() <= 0) throw UsageError("--metrics-interval must be greater than 0");
-    const std::string metrics_file = o.get("metrics-file");
-    const bool verbose = o.has("verbose");
+    const std::string metrics_file = a.metrics_file.value_or("");
+    const bool verbose = a.verbose;
     validate_mutex(mutex);
     validate_contender_id(id);
     copts.validate();
@@ -103,7 +88,7 @@ int cmd_run(const std::vector<std::string>& args) {
                                      lease.count() % 1000000 * copts.clock_drift_ppm / 1000000);
     const auto window = std::max<microseconds>(copts.transition, lease / 4);
     const auto max_grace = window - margin - window / 10;
-    const auto grace = o.has("grace") ? parse_duration(o.get("grace"), "--grace") : window / 3;
+    const auto grace = a.grace ? parse_duration(*a.grace, "--grace") : window / 3;
     if (grace > max_grace)
         throw UsageError("--grace " + format_duration(grace) + " does not fit in the lease: CMD gets SIGTERM --grace " +
                          "before the watchdog's SIGKILL, which comes " + format_duration(margin) +
@@ -136,7 +121,7 @@ int cmd_run(const std::vector<std::string>& args) {
     // extension (78) or privilege (77) before anything else; with --wait 0
     // it also makes the one attempt.
     {
-        auto conn = connect(o, "simba-run");
+        auto conn = connect(a.dsn, "simba-run");
         try {
             pqxx::nontransaction tx(*conn);
             if (wait && wait->count() == 0) {
@@ -163,7 +148,7 @@ int cmd_run(const std::vector<std::string>& args) {
     // leaves comes to us should the watchdog be killed.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     WatchdogConfig wcfg;
-    wcfg.argv = o.rest;
+    wcfg.argv = a.cmd;
     wcfg.mutex = mutex;
     wcfg.contender = id;
     wcfg.margin = margin;
@@ -190,7 +175,7 @@ int cmd_run(const std::vector<std::string>& args) {
         id);
     pg::FactoryOptions fopts;
     fopts.application_name = "simba-run";
-    pg::ContendServiceFactory factory(o.get("dsn"), fopts);
+    pg::ContendServiceFactory factory(a.dsn, fopts);
     auto service = factory.create(contender, copts);
 
     auto next_metrics = SteadyClock::now();
@@ -306,7 +291,7 @@ int cmd_run(const std::vector<std::string>& args) {
             std::fprintf(stderr,
                          "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the lease "
                          "ends (--grace %s before the SIGKILL)\n",
-                         mutex.c_str(), o.rest[0].c_str(), before_end(page.term_left_ns).c_str(), format_duration(grace).c_str());
+                         mutex.c_str(), a.cmd[0].c_str(), before_end(page.term_left_ns).c_str(), format_duration(grace).c_str());
         }
         if (kill != 0 && kill != said_kill) {
             said_kill = kill;
@@ -315,16 +300,16 @@ int cmd_run(const std::vector<std::string>& args) {
                 std::fprintf(stderr,
                              "simba run: no renewal of %s (fence %lld) came in time: killed (SIGKILL) %s's processes "
                              "%s before the lease ends\n",
-                             mutex.c_str(), static_cast<long long>(fence), o.rest[0].c_str(), before_end(page.kill_left_ns).c_str());
+                             mutex.c_str(), static_cast<long long>(fence), a.cmd[0].c_str(), before_end(page.kill_left_ns).c_str());
             else if (why == KillReason::lost)
-                std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", o.rest[0].c_str());
+                std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", a.cmd[0].c_str());
         }
         if (page.cmd_exited.load() && !said_exit && page.lingering.load() > 0 && page.kill_sent_ns.load() == 0) {
             said_exit = true;
             const int st = page.cmd_status.load();
             std::fprintf(stderr,
                          "simba run: %s exited (status %d) and left %d process(es) running: holding %s until they exit\n",
-                         o.rest[0].c_str(), WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), page.lingering.load(),
+                         a.cmd[0].c_str(), WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), page.lingering.load(),
                          mutex.c_str());
         }
     };
@@ -339,7 +324,7 @@ int cmd_run(const std::vector<std::string>& args) {
             lost = true;
             wd->kill_now();  // the watchdog signals; we log after
             std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran\n", mutex.c_str(),
-                         static_cast<long long>(fence), o.rest[0].c_str());
+                         static_cast<long long>(fence), a.cmd[0].c_str());
         } else if (!gone) {
             const auto st = service->state().after;
             if (st.is_owner(id) && st.fence == fence) wd->extend(st.transition_deadline());
@@ -356,7 +341,7 @@ int cmd_run(const std::vector<std::string>& args) {
             int sig = static_cast<int>(si.ssi_signo);
             if (sig != SIGCHLD) {
                 wd->forward(sig);
-                say(verbose, std::string("forwarding ") + strsignal(sig) + " to " + o.rest[0]);
+                say(verbose, std::string("forwarding ") + strsignal(sig) + " to " + a.cmd[0]);
             }
         }
         // Checked whether or not a SIGCHLD was seen (signals coalesce).
@@ -372,7 +357,7 @@ int cmd_run(const std::vector<std::string>& args) {
                      static_cast<int>(wd->pid()),
                      WIFSIGNALED(wd_status) ? strsignal(WTERMSIG(wd_status))
                                             : ("status " + std::to_string(WEXITSTATUS(wd_status))).c_str(),
-                     o.rest[0].c_str());
+                     a.cmd[0].c_str());
         return software;
     }
     if (page.cmd_pid.load() < 0) {
@@ -396,17 +381,17 @@ int cmd_run(const std::vector<std::string>& args) {
     }
     if (!lost && !killed && ended) {
         lost = true;  // the lease ended before CMD's processes did: they finished after it ended
-        std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", o.rest[0].c_str(),
+        std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", a.cmd[0].c_str(),
                      mutex.c_str());
     }
     write_metrics();
     const int status = page.cmd_status.load();
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : software;
     if (lost || killed) {
-        say(verbose, o.rest[0] + " ended (status " + std::to_string(rc) + ") after the lock was lost: exit 76");
+        say(verbose, a.cmd[0] + " ended (status " + std::to_string(rc) + ") after the lock was lost: exit 76");
         return lost_lock;
     }
-    say(verbose, o.rest[0] + " exited with status " + std::to_string(rc) + "; released " + mutex);
+    say(verbose, a.cmd[0] + " exited with status " + std::to_string(rc) + "; released " + mutex);
     return rc;
 }
 

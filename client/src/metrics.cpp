@@ -84,6 +84,30 @@ std::string format_sample_value(double v) {
     return buf;
 }
 
+void PrometheusText::family(const std::string& name, const std::string& type, const std::string& help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void PrometheusText::sample(const std::string& name, const MetricLabels& labels, double value) {
+    out_ += name;
+    if (!labels.empty()) {
+        char sep = '{';
+        for (auto& [k, v] : labels) {
+            out_ += sep;
+            out_ += k + "=\"" + escape_label_value(v) + "\"";
+            sep = ',';
+        }
+        out_ += '}';
+    }
+    out_ += ' ' + format_sample_value(value) + '\n';
+}
+
+void PrometheusText::comment(const std::string& text) {
+    std::string line = text;
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    out_ += "# " + line + "\n";
+}
+
 namespace {
 
 bool valid_label_name(const std::string& n) {
@@ -97,50 +121,38 @@ bool valid_label_name(const std::string& n) {
 }
 
 struct Writer {
-    std::string out;
-    std::string base;  // the common labels, already rendered: a="x",b="y"
+    PrometheusText text;
+    MetricLabels base;  // the caller's labels, on every series
 
-    std::string labels(const MutexMetrics& m, const std::string& extra = {}) const {
-        std::string s = "{" + base;
-        if (!base.empty()) s += ",";
-        s += "mutex=\"" + escape_label_value(m.mutex) + "\",contender=\"" + escape_label_value(m.contender) + "\"";
-        if (!extra.empty()) s += "," + extra;
-        return s + "}";
-    }
-    void head(const char* name, const char* type, const char* help) {
-        out += "# HELP ";
-        out += name;
-        out += ' ';
-        out += help;
-        out += "\n# TYPE ";
-        out += name;
-        out += ' ';
-        out += type;
-        out += '\n';
+    MetricLabels labels(const MutexMetrics& m, const std::string* le = nullptr) const {
+        MetricLabels l = base;
+        l.emplace_back("mutex", m.mutex);
+        l.emplace_back("contender", m.contender);
+        if (le) l.emplace_back("le", *le);
+        return l;
     }
     void family(const Metrics& ms, const char* name, const char* type, const char* help,
                 const std::function<double(const MutexMetrics&)>& value) {
-        head(name, type, help);
-        for (auto& m : ms.mutexes) out += std::string(name) + labels(m) + " " + format_sample_value(value(m)) + "\n";
+        text.family(name, type, help);
+        for (auto& m : ms.mutexes) text.sample(name, labels(m), value(m));
     }
     void scalar(const char* name, const char* type, const char* help, double value) {
-        head(name, type, help);
-        out += std::string(name) + (base.empty() ? "" : "{" + base + "}") + " " + format_sample_value(value) + "\n";
+        text.family(name, type, help);
+        text.sample(name, base, value);
     }
-    void histogram(const Metrics& ms, const char* name, const char* help,
+    void histogram(const Metrics& ms, const std::string& name, const char* help,
                    const std::function<const Histogram&(const MutexMetrics&)>& pick) {
-        head(name, "histogram", help);
+        text.family(name, "histogram", help);
         for (auto& m : ms.mutexes) {
             const Histogram& h = pick(m);
             std::uint64_t cumulative = 0;
             for (std::size_t i = 0; i <= Histogram::bucket_count; ++i) {
                 cumulative += h.counts[i];
-                std::string le = i < Histogram::bucket_count ? format_sample_value(Histogram::bounds[i]) : "+Inf";
-                out += std::string(name) + "_bucket" + labels(m, "le=\"" + le + "\"") + " " +
-                       std::to_string(cumulative) + "\n";
+                const std::string le = i < Histogram::bucket_count ? format_sample_value(Histogram::bounds[i]) : "+Inf";
+                text.sample(name + "_bucket", labels(m, &le), static_cast<double>(cumulative));
             }
-            out += std::string(name) + "_sum" + labels(m) + " " + format_sample_value(h.sum_seconds) + "\n";
-            out += std::string(name) + "_count" + labels(m) + " " + std::to_string(cumulative) + "\n";
+            text.sample(name + "_sum", labels(m), h.sum_seconds);
+            text.sample(name + "_count", labels(m), static_cast<double>(cumulative));
         }
     }
 };
@@ -151,12 +163,10 @@ double n(std::uint64_t v) { return static_cast<double>(v); }
 
 std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
     Writer w;
-    for (auto& [k, v] : labels) {
+    for (auto& [k, v] : labels)
         if (!valid_label_name(k) || k == "mutex" || k == "contender" || k == "le")
             throw InvalidArgumentError("invalid metric label name \"" + k + "\"", "22023");
-        if (!w.base.empty()) w.base += ",";
-        w.base += k + "=\"" + escape_label_value(v) + "\"";
-    }
+    w.base = labels;
     w.scalar("simba_client_acquire_statements_total", "counter",
              "Statements that carried simba_acquire calls (a batch of attempts counts once).",
              n(metrics.acquire_statements));
@@ -193,7 +203,7 @@ std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
     w.histogram(metrics, "simba_client_handoff_latency_seconds",
                 "Time from the end of the previous tenure (release NOTIFY, or its lease end) to acquiring.",
                 [](const MutexMetrics& m) -> const Histogram& { return m.handoff_latency; });
-    return w.out;
+    return w.text.str();
 }
 
 }  // namespace simba

@@ -585,6 +585,37 @@ TEST(CliRunLease, KilledWatchdogTakesTheCommandsProcessesWithIt) {
     EXPECT_EQ(owner_of(mutex), "") << "released once nothing of CMD's is left";
 }
 
+// ------------------------------------------------------------- options
+
+TEST(CliUsage, OptionFormsTyposAndCommandWords) {
+    const auto mutex = unique_name("cli-usage");
+    // Typos in options and commands are usage errors that name the word.
+    auto typo = run({"status", "--jsn"});
+    EXPECT_EQ(typo.rc, 64);
+    EXPECT_NE(typo.err.find("--jsn"), std::string::npos) << typo.err;
+    EXPECT_EQ(run({"owner", "-m", mutex, "extra"}).rc, 64);
+    EXPECT_EQ(run({"stauts"}).rc, 64);
+    EXPECT_EQ(run({"status", "--", "x"}).rc, 64) << "only run takes a command";
+    // --name=value, a repeated option (the last counts), --dsn before the command.
+    ASSERT_EQ(run({"acquire", "--mutex=" + mutex, "-c", "someone", "-c", "usage", "--ttl=30s"}).rc, 0);
+    auto o = run({"owner", "-m", "cli-usage-unused", "--mutex", mutex});
+    EXPECT_EQ(o.rc, 0);
+    EXPECT_EQ(o.out, "usage\n");
+    EXPECT_EQ(run({"--dsn", "host=/nonexistent-simba-dir", "owner", "-m", mutex}).rc, 69);
+    EXPECT_EQ(run({"release", "-m", mutex, "-c", "usage"}).rc, 0);
+    // --version: the release, from extension/simba.control through CMake.
+    auto v = run({"--version"});
+    EXPECT_EQ(v.rc, 0);
+    EXPECT_EQ(v.out, "simba " SIMBA_VERSION "\n");
+    // CMD's words are CMD's, options of simba run's and `--` included, with or without a `--` first.
+    auto w1 = run({"run", "-m", mutex, "sh", "-c", "echo \"$*\"", "sh", "-v", "--dsn", "--", "-m"});
+    EXPECT_EQ(w1.rc, 0) << w1.err;
+    EXPECT_EQ(w1.out, "-v --dsn -- -m\n");
+    auto w2 = run({"run", "-m", mutex, "--", "sh", "-c", "echo \"$*\"", "sh", "--", "-c"});
+    EXPECT_EQ(w2.rc, 0) << w2.err;
+    EXPECT_EQ(w2.out, "-- -c\n");
+}
+
 // ---------------------------------------------------- one-shot and status
 
 TEST(CliOneShot, AcquireOwnerReleaseAndForce) {

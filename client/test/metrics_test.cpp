@@ -120,6 +120,27 @@ TEST(Metrics, TotalsAcrossContenders) {
     EXPECT_EQ(m.find("reports", "nobody"), nullptr);
 }
 
+// The writer to_prometheus uses, for series of one's own (simba metrics).
+TEST(Metrics, PrometheusTextWritesFamiliesSamplesAndComments) {
+    simba::PrometheusText x;
+    x.family("demo_held", "gauge", "1 while held.");
+    x.sample("demo_held", {{"mutex", "a \"b\"\\c\nd"}, {"owner", "w1"}}, 1);
+    x.sample("demo_held", {{"mutex", "e"}, {"owner", "w2"}}, 0);
+    x.comment("two\nlines");
+    x.family("demo_enabled", "gauge", "No labels.");
+    x.sample("demo_enabled", {}, 1);
+    EXPECT_EQ(x.str(),
+              "# HELP demo_held 1 while held.\n# TYPE demo_held gauge\n"
+              "demo_held{mutex=\"a \\\"b\\\"\\\\c\\nd\",owner=\"w1\"} 1\n"
+              "demo_held{mutex=\"e\",owner=\"w2\"} 0\n"
+              "# two lines\n"
+              "# HELP demo_enabled No labels.\n# TYPE demo_enabled gauge\ndemo_enabled 1\n");
+    auto r = prom_check::check(x.str());
+    ASSERT_TRUE(r.ok()) << r.error_text() << x.str();
+    EXPECT_EQ(r.value("demo_held", {{"mutex", "a \"b\"\\c\nd"}, {"owner", "w1"}}), 1);
+    EXPECT_EQ(r.value("demo_enabled", {}), 1);
+}
+
 // The checker itself: each broken exposition must be caught.
 TEST(PromCheck, CatchesBrokenExpositions) {
     const char* bad[] = {

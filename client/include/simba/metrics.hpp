@@ -71,6 +71,25 @@ struct Metrics {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
+/// A Prometheus text exposition (format 0.0.4) written family by family:
+/// what to_prometheus() writes with, for series of one's own (`simba
+/// metrics` writes the server's with it). Label values are escaped; names
+/// are the caller's to get right.
+class PrometheusText {
+public:
+    /// The HELP and TYPE lines of a family ("counter", "gauge", "histogram");
+    /// its samples follow.
+    void family(const std::string& name, const std::string& type, const std::string& help);
+    /// One sample: `name{labels} value`.
+    void sample(const std::string& name, const MetricLabels& labels, double value);
+    /// A `# ` comment line (newlines in `text` become spaces).
+    void comment(const std::string& text);
+    [[nodiscard]] const std::string& str() const { return out_; }
+
+private:
+    std::string out_;
+};
+
 /// Prometheus text exposition (format 0.0.4) of `metrics`: HELP and TYPE
 /// lines, then `simba_client_<name>{<labels>,mutex="...",contender="..."}`.
 /// `labels` (e.g. {"instance", "host-7"}) are added to every series; names
