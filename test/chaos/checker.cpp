@@ -26,10 +26,12 @@
 // comparison always takes the side that cannot invent a violation.
 //
 // Usage: simba_chaos_checker --logdir DIR [--conninfo STR] [--bound-ms 5000]
-//        [--mutexes a,b,c] [--expect-stale] [--report-only]
+//        [--mutexes a,b,c] [--expect-stale] [--report-only] [--expect-loss]
 // Exit: 0 when every invariant holds; 1 on any violation. --expect-stale (the
 // control run, fence check off): 0 only if stale writes WERE found (the
 // checker can see them), 1 otherwise. --report-only: always 0 (prints losses).
+// --expect-loss (the asynchronous HA control): 0 only if acknowledged writes
+// or grants were lost or a fence was granted to two holders, 1 otherwise.
 #include <dirent.h>
 
 #include <pqxx/pqxx>
@@ -60,6 +62,7 @@ struct Args {
     std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
     bool expect_stale = false;
     bool report_only = false;
+    bool expect_loss = false;
     std::string label = "chaos";
 };
 
@@ -567,13 +570,20 @@ private:
         if (id_order_differs_) std::cout << "  note: history ids and commit order differ on " << id_order_differs_ << " mutexes\n";
         long violations = v1_.count() + v2_.count() + v3_.count() + v4_.count() + v5_.count();
         int rc;
-        if (a_.report_only) {
+        if (a_.report_only || a_.expect_loss) {
             std::cout << "  LOST in this run: " << lost_writes_ << " acknowledged ledger writes, " << lost_grants_
                       << " acknowledged grants; " << reissued_ << " fences granted to two holders (" << simultaneous_
                       << " times both owned it at once); " << v1_.count()
                       << " ownership observations under a tenure the surviving server does not have\n";
-            std::cout << "  RESULT: REPORT (" << violations << " violations, not a failure in this variant)\n";
-            rc = 0;
+            if (a_.expect_loss) {
+                bool seen = lost_writes_ + lost_grants_ + reissued_ > 0;
+                std::cout << "  RESULT: " << (seen ? "PASS" : "FAIL") << " (control run: losses "
+                          << (seen ? "detected" : "NOT detected") << ", " << violations << " violations)\n";
+                rc = seen ? 0 : 1;
+            } else {
+                std::cout << "  RESULT: REPORT (" << violations << " violations, not a failure in this variant)\n";
+                rc = 0;
+            }
         } else if (a_.expect_stale) {
             bool seen = stale_rows_ > 0;
             std::cout << "  RESULT: " << (seen ? "PASS" : "FAIL") << " (control run: stale writes "
@@ -630,6 +640,7 @@ int main(int argc, char** argv) {
             else if (k == "--mutexes") a.mutexes = chaos::split_commas(next());
             else if (k == "--expect-stale") a.expect_stale = true;
             else if (k == "--report-only") a.report_only = true;
+            else if (k == "--expect-loss") a.expect_loss = true;
             else if (k == "--label") a.label = next();
             else throw std::runtime_error("unknown argument " + k);
         }
