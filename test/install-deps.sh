@@ -9,6 +9,7 @@ pkgs=(
   postgresql-15 postgresql-server-dev-15 postgresql-contrib
   libpq-dev libpqxx-dev libgtest-dev
   pgbouncer valgrind
+  patroni etcd-server etcd-client procps
   "$@"
 )
 
