@@ -139,8 +139,10 @@ ha_healthy() {
   for n in $ha_nodes; do ha_patroni_pid "$n" >/dev/null || return 1; done
   port=$(ha_var PG_PORT "$leader")
   [ "$(ha_psql "$port" -At -c "SELECT pg_is_in_recovery()" 2>/dev/null)" = f ] || return 1
+  # Replicas by name: a replica's pg_basebackup streams WAL too, as "pg_basebackup".
   sync=$(ha_psql "$port" -At -c "SELECT count(*) FILTER (WHERE state = 'streaming'),
-      count(*) FILTER (WHERE state = 'streaming' AND sync_state = 'sync') FROM pg_stat_replication" 2>/dev/null) || return 1
+      count(*) FILTER (WHERE state = 'streaming' AND sync_state = 'sync') FROM pg_stat_replication
+      WHERE application_name IN ('n1', 'n2', 'n3')" 2>/dev/null) || return 1
   [ "${sync%|*}" = "$want" ] || return 1
   if [ "$HA_MODE" != async ]; then
     key=$(ha_sync_key)
