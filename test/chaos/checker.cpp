@@ -509,6 +509,10 @@ private:
                 }
                 auto& worst = worst_[f.kind];
                 worst = std::max(worst, delay);
+                // From the fault's start: the outage it caused, at most (owners
+                // may have lasted into the fault).
+                auto& from_start = worst_from_start_[f.kind];
+                from_start = std::max(from_start, f.heal - f.start + delay);
                 worst_all_ = std::max(worst_all_, delay);
                 if (delay > a_.bound_ms * 1000000)
                     v5_.add("owner of " + m + " only " + ms(delay) + " after " + f.kind + " (" + f.detail + ") healed");
@@ -564,6 +568,8 @@ private:
                             ms(worst_all_);
         for (auto& [k, w] : worst_) worst += ", " + k + " " + ms(w);
         if (unjudged_) worst += ", " + std::to_string(unjudged_) + " recoveries cut short by the next fault or the end";
+        worst += "; from the fault's start:";
+        for (auto& [k, w] : worst_from_start_) worst += std::string(k == worst_from_start_.begin()->first ? " " : ", ") + k + " " + ms(w);
         worst += ")";
         line("(5) liveness:                    ", v5_, worst);
         for (auto& e : nemesis_errors_) std::cout << "  nemesis error: " << e << "\n";
@@ -618,7 +624,7 @@ private:
     i64 run_start_ = 0, run_end_ = 0, off_lo_ = 0, off_hi_ = 0;
     long samples_checked_ = 0, samples_unmatched_ = 0, server_grants_ = 0, stale_rows_ = 0, unknown_committed_ = 0;
     long lost_writes_ = 0, lost_grants_ = 0, re_reported_ = 0, reissued_ = 0, simultaneous_ = 0, unjudged_ = 0;
-    std::map<std::string, i64> worst_;
+    std::map<std::string, i64> worst_, worst_from_start_;
     i64 worst_all_ = 0;
     Violations v1_{"(1)"}, v2_{"(2)"}, v3_{"(3)"}, v4_{"(4)"}, v5_{"(5)"};
 };
