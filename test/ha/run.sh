@@ -136,7 +136,7 @@ conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgre
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
   --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$here/faults.sh" --fault-timeout-s 120
-  --worker-arg --hold-ms --worker-arg 3000)
+  --worker-arg --hold-ms --worker-arg 3000 --worker-arg --ledger-timeout-ms --worker-arg 5000)
 label="HA Patroni ($modes)"
 checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
 [ "$mode" = async ] && checker_common+=(--expect-loss)
@@ -144,18 +144,44 @@ checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
 set +e
 SIMBA_HA_DIR=$dir "${nemesis[@]}"
 nrc=$?
-# The checker reads the leader once the cluster has settled (all nodes back).
-ha_wait_healthy 90 || echo "ha/run.sh: warning: cluster not healthy 90 s after the run; checking the leader anyway"
+# The checker reads the leader once the cluster has settled (all nodes back);
+# one that does not come back fails the run.
+settled=1
+ha_wait_healthy 90 || { settled=0; echo "ha/run.sh: the cluster is not healthy 90 s after the last fault"; }
 direct_ports=""
 for n in $ha_nodes; do direct_ports+="${direct_ports:+,}$(ha_var PG_PORT "$n")"; done
 "$bin_dir/simba_chaos_checker" "${checker_common[@]}" \
   --conninfo "host=$hosts port=$direct_ports target_session_attrs=read-write dbname=postgres user=postgres"
 crc=$?
 set -e
+# Across nodes: once each replica replayed the leader's WAL, every node holds
+# the same history and ledger (a node left unrewound would differ).
+agree=1
+if [ "$settled" = 1 ]; then
+  digest="SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(id || mutex || event || coalesce(owner_id, '')
+      || fence)), 0) FROM simba_mutex_history) || ' / ' || (SELECT count(*) || ':'
+      || coalesce(sum(hashtext(id || mutex || writer || fence || seq)), 0) FROM ledger)"
+  lp=$(ha_var PG_PORT "$leader")
+  lsn=$(ha_psql "$lp" -At -c "SELECT pg_current_wal_lsn()")
+  want=$(ha_psql "$lp" -At -c "$digest")
+  for n in $ha_nodes; do
+    [ "$n" = "$leader" ] && continue
+    p=$(ha_var PG_PORT "$n") end=$((SECONDS + 30)) got=""
+    until [ "$(ha_psql "$p" -At -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'" 2>/dev/null)" = t ]; do
+      [ $SECONDS -lt $end ] || break
+      sleep 0.1
+    done
+    got=$(ha_psql "$p" -At -c "$digest" 2>/dev/null || echo "(unreadable)")
+    if [ "$got" != "$want" ]; then
+      agree=0; echo "ha: $n differs from the leader $leader: history/ledger $got, leader $want"
+    fi
+  done
+  [ "$agree" = 1 ] && echo "ha: every node holds the leader's history and ledger (rows:digest $want)"
+fi
 echo "ha: run took ${SECONDS} s with bring-up"
-if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ]; then
+if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ] || [ "$settled" = 0 ] || [ "$agree" = 0 ]; then
   keep=1
   for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 10 "$dir/$n/patroni.log" || true; done
-  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc)" >&2
+  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc, settled $settled, nodes agree $agree)" >&2
   exit 1
 fi
