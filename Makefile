@@ -5,13 +5,14 @@
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
+#   make ha               30 minutes of failover faults on a three-node Patroni cluster (test/ha)
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 #   make deb              the Debian packages (debian/), into build/deb/
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench chaos valgrind tsan deb
+.PHONY: test deps demo psql bench chaos valgrind tsan deb ha
 test:
 	@test/run-tests.sh
 demo:
@@ -24,6 +25,8 @@ valgrind:
 	@test/valgrind/run.sh
 tsan:
 	@test/tsan/run.sh
+ha:
+	@test/ha/long.sh
 psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:

@@ -10,6 +10,7 @@ pkgs=(
   libpq-dev libpqxx-dev libgtest-dev
   nlohmann-json3-dev libhiredis-dev libcli11-dev
   pgbouncer valgrind
+  patroni etcd-server etcd-client procps
   "$@"
 )
 

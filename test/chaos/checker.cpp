@@ -26,10 +26,12 @@
 // comparison always takes the side that cannot invent a violation.
 //
 // Usage: simba_chaos_checker --logdir DIR [--conninfo STR] [--bound-ms 5000]
-//        [--mutexes a,b,c] [--expect-stale] [--report-only]
+//        [--mutexes a,b,c] [--expect-stale] [--report-only] [--expect-loss]
 // Exit: 0 when every invariant holds; 1 on any violation. --expect-stale (the
 // control run, fence check off): 0 only if stale writes WERE found (the
 // checker can see them), 1 otherwise. --report-only: always 0 (prints losses).
+// --expect-loss (the asynchronous HA control): 0 only if acknowledged writes
+// or grants were lost or a fence was granted to two holders, 1 otherwise.
 #include <dirent.h>
 
 #include <pqxx/pqxx>
@@ -60,6 +62,7 @@ struct Args {
     std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
     bool expect_stale = false;
     bool report_only = false;
+    bool expect_loss = false;
     std::string label = "chaos";
 };
 
@@ -506,6 +509,10 @@ private:
                 }
                 auto& worst = worst_[f.kind];
                 worst = std::max(worst, delay);
+                // From the fault's start: the outage it caused, at most (owners
+                // may have lasted into the fault).
+                auto& from_start = worst_from_start_[f.kind];
+                from_start = std::max(from_start, f.heal - f.start + delay);
                 worst_all_ = std::max(worst_all_, delay);
                 if (delay > a_.bound_ms * 1000000)
                     v5_.add("owner of " + m + " only " + ms(delay) + " after " + f.kind + " (" + f.detail + ") healed");
@@ -561,19 +568,28 @@ private:
                             ms(worst_all_);
         for (auto& [k, w] : worst_) worst += ", " + k + " " + ms(w);
         if (unjudged_) worst += ", " + std::to_string(unjudged_) + " recoveries cut short by the next fault or the end";
+        worst += "; from the fault's start:";
+        for (auto& [k, w] : worst_from_start_) worst += std::string(k == worst_from_start_.begin()->first ? " " : ", ") + k + " " + ms(w);
         worst += ")";
         line("(5) liveness:                    ", v5_, worst);
         for (auto& e : nemesis_errors_) std::cout << "  nemesis error: " << e << "\n";
         if (id_order_differs_) std::cout << "  note: history ids and commit order differ on " << id_order_differs_ << " mutexes\n";
         long violations = v1_.count() + v2_.count() + v3_.count() + v4_.count() + v5_.count();
         int rc;
-        if (a_.report_only) {
+        if (a_.report_only || a_.expect_loss) {
             std::cout << "  LOST in this run: " << lost_writes_ << " acknowledged ledger writes, " << lost_grants_
                       << " acknowledged grants; " << reissued_ << " fences granted to two holders (" << simultaneous_
                       << " times both owned it at once); " << v1_.count()
                       << " ownership observations under a tenure the surviving server does not have\n";
-            std::cout << "  RESULT: REPORT (" << violations << " violations, not a failure in this variant)\n";
-            rc = 0;
+            if (a_.expect_loss) {
+                bool seen = lost_writes_ + lost_grants_ + reissued_ > 0;
+                std::cout << "  RESULT: " << (seen ? "PASS" : "FAIL") << " (control run: losses "
+                          << (seen ? "detected" : "NOT detected") << ", " << violations << " violations)\n";
+                rc = seen ? 0 : 1;
+            } else {
+                std::cout << "  RESULT: REPORT (" << violations << " violations, not a failure in this variant)\n";
+                rc = 0;
+            }
         } else if (a_.expect_stale) {
             bool seen = stale_rows_ > 0;
             std::cout << "  RESULT: " << (seen ? "PASS" : "FAIL") << " (control run: stale writes "
@@ -608,7 +624,7 @@ private:
     i64 run_start_ = 0, run_end_ = 0, off_lo_ = 0, off_hi_ = 0;
     long samples_checked_ = 0, samples_unmatched_ = 0, server_grants_ = 0, stale_rows_ = 0, unknown_committed_ = 0;
     long lost_writes_ = 0, lost_grants_ = 0, re_reported_ = 0, reissued_ = 0, simultaneous_ = 0, unjudged_ = 0;
-    std::map<std::string, i64> worst_;
+    std::map<std::string, i64> worst_, worst_from_start_;
     i64 worst_all_ = 0;
     Violations v1_{"(1)"}, v2_{"(2)"}, v3_{"(3)"}, v4_{"(4)"}, v5_{"(5)"};
 };
@@ -624,6 +640,8 @@ int main(int argc, char** argv) {
     cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
     cli.add_flag("--expect-stale", a.expect_stale, "pass only if stale writes were accepted (the control run)");
     cli.add_flag("--report-only", a.report_only, "print the report, pass whatever it says");
+    cli.add_flag("--expect-loss", a.expect_loss,
+                 "pass only if acknowledged writes or grants were lost (the asynchronous control)");
     cli.add_option("--label", a.label, "the report's title");
     CLI11_PARSE(cli, argc, argv);
     try {

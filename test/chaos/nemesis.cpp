@@ -10,17 +10,20 @@
 //   term     pg_terminate_backend on 4 random client backends (statement, LISTEN, ledger)
 //   restart  pg_ctl restart -m immediate: crash, then crash recovery
 //   listen   pg_terminate_backend on every LISTEN connection
-//   failover (HA) SIGKILL the primary's postmaster and all its processes,
-//            then pg_ctl promote the standby; once per run, at --failover-at-s.
-//            With --stall-ms the primary's walsenders are SIGSTOPped that long
-//            first (replication lag), and stay stopped until the primary dies.
+//   any other kind, with --fault-cmd CMD: runs `CMD KIND` (test/ha/faults.sh)
+//            and timestamps the lines it prints: "start" (the fault begins)
+//            and "healed DETAIL" (it ended); a non-zero exit, or no "healed"
+//            within --fault-timeout-s, is logged as an error (the run fails).
 // Every fault is logged to DIR/nemesis.log:
 //   fault KIND START_NS HEAL_NS DETAIL    (steady ns; HEAL = when the fault ended:
 //                                          the kill, the SIGCONT, the server back up)
 //   spawn SLOT PID STEADY_NS
 //   run START_NS END_NS                   (last line: the workload's steady window)
+// After each fault: with --settle-ms, until every mutex has a live owner on
+// the server (at most that long), then --quiet-ms.
 // Every child gets PR_SET_PDEATHSIG, so nothing outlives the nemesis.
-#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -34,7 +37,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -67,9 +69,9 @@ struct Args {
     std::vector<std::string> worker_args;
     std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
     std::string pgdata, pgbin, pglog, pguser;
-    std::string standby_pgdata;
-    int failover_at_s = 15;
-    int stall_ms = 0;
+    std::string fault_cmd;
+    int fault_timeout_s = 120;
+    int settle_ms = 0;
     unsigned seed = std::random_device{}();
 };
 
@@ -81,18 +83,17 @@ void add_options(CLI::App& cli, Args& a) {
     cli.add_option("--duration-s", a.duration_s, "length of the run");
     cli.add_option("--quiet-ms", a.quiet_ms, "quiet period between faults");
     cli.add_option("--stop-extra-ms", a.stop_extra_ms, "a SIGSTOP lasts this much past the lease's end");
-    cli.add_option("--kinds", a.kinds, "faults, in turn (comma-separated)")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"kill", "stop", "term", "restart", "listen", "failover"}));
+    // Built-in kinds: kill, stop, term, restart, listen; any other goes to --fault-cmd.
+    cli.add_option("--kinds", a.kinds, "faults, in turn (comma-separated)")->delimiter(',');
     cli.add_option("--worker-arg", a.worker_args, "passed on to every worker (repeatable; --worker-arg=--flag)");
     cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
     cli.add_option("--pgdata", a.pgdata, "the server's data directory (restart)");
     cli.add_option("--pgbin", a.pgbin, "PostgreSQL's bin directory");
     cli.add_option("--pglog", a.pglog, "pg_ctl's log file");
     cli.add_option("--pguser", a.pguser, "run pg_ctl as this user");
-    cli.add_option("--standby-pgdata", a.standby_pgdata, "the standby's data directory (failover)");
-    cli.add_option("--failover-at-s", a.failover_at_s, "when the failover happens");
-    cli.add_option("--stall-ms", a.stall_ms, "SIGSTOP the primary's walsenders this long before the failover");
+    cli.add_option("--fault-cmd", a.fault_cmd, "runs the kinds that are not built in: FAULT_CMD KIND");
+    cli.add_option("--fault-timeout-s", a.fault_timeout_s, "longest a --fault-cmd fault may take");
+    cli.add_option("--settle-ms", a.settle_ms, "after a fault, wait up to this for every mutex to have an owner");
     cli.add_option("--seed", a.seed, "random seed");
 }
 
@@ -149,31 +150,22 @@ public:
         std::cout << std::endl;
         for (int slot = 0; slot < a_.workers; ++slot) spawn_worker(slot);
         const std::int64_t run_start = chaos::steady_ns();
-        const auto run_start_tp = Clock::now();
         const auto end = Clock::now() + seconds(a_.duration_s);
         if (!wait_all_owned(seconds(30))) std::cout << "nemesis: warning: not every mutex owned after 30 s" << std::endl;
         std::size_t turn = 0;
-        bool failed_over = false;
         while (!g_interrupted.load() && Clock::now() < end) {
             reap();
             const std::string kind = a_.kinds[turn++ % a_.kinds.size()];
             // Every fault gets its full quiet period before the end, so the
             // checker can judge the recovery from it.
-            if (kind != "failover" && Clock::now() + milliseconds(a_.quiet_ms) >= end) {
+            if (Clock::now() + milliseconds(a_.quiet_ms) >= end) {
                 pause_until(end);
                 break;
             }
-            if (kind == "failover") {
-                if (failed_over) {
-                    pause_until(end);
-                    break;
-                }
-                pause_until(std::min(end, run_start_tp + seconds(a_.failover_at_s)));
-                failover();
-                failed_over = true;
-                continue;
-            }
             inject(kind);
+            // --settle-ms: first until every mutex has an owner again (at
+            // most that long), so the checker can judge every recovery.
+            if (a_.settle_ms > 0) wait_all_owned(milliseconds(a_.settle_ms));
             pause_until(std::min(end, Clock::now() + milliseconds(a_.quiet_ms)));
         }
         const std::int64_t run_end = chaos::steady_ns();
@@ -223,8 +215,8 @@ private:
         }
     }
 
-    std::unique_ptr<pqxx::connection> connect() {
-        for (int i = 0; i < 100; ++i) {
+    std::unique_ptr<pqxx::connection> connect(int attempts = 100) {
+        for (int i = 0; i < attempts; ++i) {
             try {
                 return std::make_unique<pqxx::connection>(a_.conninfo +
                                                           " application_name=simba-chaos-nemesis connect_timeout=2");
@@ -245,7 +237,7 @@ private:
     std::vector<Owner> owners() {
         std::vector<Owner> out;
         try {
-            auto c = connect();
+            auto c = connect(1);  // the callers poll: one attempt, bounded by connect_timeout
             pqxx::nontransaction tx(*c);
             auto r = tx.exec(
                 "SELECT mutex, owner_id, (extract(epoch FROM transition_at) * 1000000)::int8 FROM simba_mutex"
@@ -259,7 +251,11 @@ private:
                 if (o.pid > 0) out.push_back(o);
             }
         } catch (const std::exception& e) {
-            std::cout << "nemesis: owner query failed: " << e.what() << std::endl;
+            // Polled every 50 ms, through failovers too: one line per 5 s at most.
+            if (Clock::now() - last_owner_error_ > seconds(5)) {
+                std::cout << "nemesis: owner query failed: " << e.what() << std::endl;
+                last_owner_error_ = Clock::now();
+            }
         }
         return out;
     }
@@ -360,9 +356,70 @@ private:
                 log_.write("error", "restart", rc);
             }
             record(kind, t, heal, "pg_ctl restart -m immediate rc " + std::to_string(rc));
+        } else if (!a_.fault_cmd.empty()) {
+            external(kind);
         } else {
             throw std::runtime_error("unknown fault kind " + kind);
         }
+    }
+
+    /// `fault_cmd KIND`: its stdout lines "start" and "healed DETAIL" are the
+    /// fault's start and heal times; its stderr goes to faults.log.
+    void external(const std::string& kind) {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+        pid_t parent = ::getpid();
+        pid_t pid = ::fork();
+        if (pid < 0) throw std::runtime_error("fork failed");
+        if (pid == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (::getppid() != parent) ::_exit(127);
+            ::dup2(fds[1], 1);
+            int fd = ::open((a_.logdir + "/faults.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) ::dup2(fd, 2);
+            ::execl(a_.fault_cmd.c_str(), a_.fault_cmd.c_str(), kind.c_str(), static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        const auto deadline = Clock::now() + seconds(a_.fault_timeout_s);
+        std::int64_t start = 0, heal = 0;
+        std::string detail, buf;
+        bool eof = false;
+        while (!eof && Clock::now() < deadline && !g_interrupted.load()) {
+            pollfd p{fds[0], POLLIN, 0};
+            if (::poll(&p, 1, 100) <= 0) continue;
+            char chunk[512];
+            ssize_t n = ::read(fds[0], chunk, sizeof chunk);
+            const std::int64_t t = chaos::steady_ns();  // taken as soon as the line arrived
+            if (n <= 0) {
+                eof = true;
+                break;
+            }
+            buf.append(chunk, static_cast<std::size_t>(n));
+            for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n')) {
+                std::string line = buf.substr(0, nl);
+                buf.erase(0, nl + 1);
+                if (line == "start") {
+                    start = t;
+                } else if (line.rfind("healed", 0) == 0) {
+                    heal = t;
+                    detail = line.size() > 7 ? line.substr(7) : "";
+                }
+            }
+        }
+        ::close(fds[0]);
+        int st = 0;
+        if (!eof) ::kill(pid, SIGKILL);
+        ::waitpid(pid, &st, 0);
+        int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (rc != 0 || start == 0 || heal == 0) {
+            std::cout << "nemesis: " << kind << " failed (exit " << rc << (eof ? "" : ", timed out")
+                      << "; see faults.log)" << std::endl;
+            log_.write("error", kind, rc, eof ? "exit" : "timeout");
+            if (start == 0) return;
+            if (heal == 0) heal = chaos::steady_ns();
+        }
+        record(kind, start, heal, detail);
     }
 
     void skip(const std::string& kind) {
@@ -374,70 +431,6 @@ private:
         argv[0] = a_.pgbin.empty() ? argv[0] : a_.pgbin + "/" + argv[0];
         if (!a_.pguser.empty()) argv.insert(argv.begin(), {"runuser", "-u", a_.pguser, "--"});
         return argv;
-    }
-
-    static pid_t postmaster_pid(const std::string& pgdata) {
-        std::ifstream f(pgdata + "/postmaster.pid");
-        long pid = -1;
-        f >> pid;
-        return static_cast<pid_t>(pid);
-    }
-
-    /// Direct children of `parent` whose command line contains `what` (all if empty).
-    static std::vector<pid_t> children(pid_t parent, const std::string& what = {}) {
-        std::vector<pid_t> out;
-        DIR* d = ::opendir("/proc");
-        if (!d) return out;
-        while (auto* e = ::readdir(d)) {
-            pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
-            if (pid <= 0) continue;
-            std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
-            std::string line;
-            std::getline(st, line);
-            auto rp = line.rfind(')');
-            if (rp == std::string::npos) continue;
-            std::istringstream is(line.substr(rp + 2));
-            char state;
-            long ppid = 0;
-            is >> state >> ppid;
-            if (ppid != parent) continue;
-            if (!what.empty()) {
-                std::ifstream cl(std::string("/proc/") + e->d_name + "/cmdline");
-                std::string cmd((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
-                if (cmd.find(what) == std::string::npos) continue;
-            }
-            out.push_back(pid);
-        }
-        ::closedir(d);
-        return out;
-    }
-
-    void failover() {
-        pid_t pm = postmaster_pid(a_.pgdata);
-        if (pm <= 0) throw std::runtime_error("no postmaster.pid in " + a_.pgdata);
-        std::string detail;
-        std::int64_t stall_start = 0;
-        if (a_.stall_ms > 0) {
-            auto ws = children(pm, "walsender");
-            for (pid_t p : ws) ::kill(p, SIGSTOP);
-            stall_start = chaos::steady_ns();
-            detail += "walsenders stopped " + std::to_string(a_.stall_ms) + " ms (" + std::to_string(ws.size()) +
-                      "), ";
-            std::this_thread::sleep_for(milliseconds(a_.stall_ms));
-        }
-        std::int64_t t = chaos::steady_ns();
-        auto kids = children(pm);
-        ::kill(pm, SIGKILL);
-        for (pid_t p : kids) ::kill(p, SIGKILL);
-        // The primary is gone when no process of it is left.
-        for (int i = 0; i < 200 && ::kill(pm, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-        int rc = run(pg_cmd({"pg_ctl", "-D", a_.standby_pgdata, "-w", "-t", "60", "promote"}),
-                     a_.logdir + "/pg_ctl.log", seconds(90));
-        std::int64_t heal = chaos::steady_ns();
-        detail += "primary pid " + std::to_string(pm) + " SIGKILLed with " + std::to_string(kids.size()) +
-                  " processes, promote rc " + std::to_string(rc);
-        if (rc != 0) log_.write("error", "promote", rc);
-        record("failover", stall_start ? stall_start : t, heal, detail);
     }
 
     void stop_workers() {
@@ -468,6 +461,7 @@ private:
     chaos::EventLog log_;
     std::map<int, pid_t> slots_;
     int next_worker_ = 0;
+    Clock::time_point last_owner_error_{};
     int faults_ = 0;
 };
 

@@ -25,11 +25,17 @@
 //
 // Usage: simba_chaos_worker --worker N --log FILE [--conninfo STR]
 //        [--mutexes a,b,c] [--ttl-ms 1000] [--transition-ms 500]
-//        [--work-ms 3] [--pause-ms 3] [--max-seconds 3600] [--hold-ms 0] [--no-fence-check]
+//        [--work-ms 3] [--pause-ms 3] [--max-seconds 3600] [--hold-ms 0] [--ledger-timeout-ms 0]
+//        [--no-fence-check]
 // --hold-ms H: an owner hands a mutex over after holding it H/2..3H/2 ms
 // (stop() releases it, NOTIFYing the waiters; start() contends again), so a
 // run sees many changes of hands, not only those the faults force.
+// --ledger-timeout-ms T: a ledger transaction unanswered for T ms has its
+// socket shut down (a frozen or blackholed server would hold libpq's wait,
+// and this loop with it, for good); its outcome is then fail or unk.
 // Stops on SIGTERM/SIGINT (releasing its locks) or after --max-seconds.
+#include <sys/socket.h>
+
 #include <pqxx/pqxx>
 #include <simba/simba.hpp>
 
@@ -61,7 +67,37 @@ struct Args {
     int pause_ms = 3;
     int max_seconds = 3600;
     int hold_ms = 0;
+    int ledger_timeout_ms = 0;  // off
     bool fence_check = true;
+};
+
+/// Shuts down the ledger socket of a transaction past its deadline.
+class LedgerWatchdog {
+public:
+    LedgerWatchdog() : t_([this] { run(); }) {}
+    ~LedgerWatchdog() {
+        done_.store(true);
+        t_.join();
+    }
+    void arm(int fd, std::chrono::milliseconds timeout) {
+        fd_.store(fd);
+        deadline_.store(chaos::steady_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+    }
+    void disarm() { fd_.store(-1); }
+
+private:
+    void run() {
+        while (!done_.load()) {
+            int fd = fd_.load();
+            if (fd >= 0 && chaos::steady_ns() > deadline_.load() && fd_.compare_exchange_strong(fd, -1))
+                ::shutdown(fd, SHUT_RDWR);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    }
+    std::atomic<int> fd_{-1};
+    std::atomic<std::int64_t> deadline_{0};
+    std::atomic<bool> done_{false};
+    std::thread t_;
 };
 
 void add_options(CLI::App& cli, Args& a) {
@@ -76,6 +112,8 @@ void add_options(CLI::App& cli, Args& a) {
     cli.add_option("--max-seconds", a.max_seconds, "hard time limit");
     cli.add_option("--hold-ms", a.hold_ms, "hand a mutex over after holding it H/2..3H/2 ms (0: never)");
     cli.add_flag("--fence-check,!--no-fence-check", a.fence_check, "guard each write with simba_fence_check");
+    cli.add_option("--ledger-timeout-ms", a.ledger_timeout_ms,
+                   "a ledger transaction's socket is shut down past this (0: never)");
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -135,6 +173,7 @@ int main(int argc, char** argv) {
     std::vector<std::int64_t> hold_fence(services.size(), 0);
     std::vector<std::chrono::steady_clock::time_point> hold_until(services.size());
     std::unique_ptr<pqxx::connection> db;
+    LedgerWatchdog watchdog;
     int backoff_ms = 50;
     std::int64_t seq = 0;
     const auto hard_end = std::chrono::steady_clock::now() + std::chrono::seconds(args.max_seconds);
@@ -182,6 +221,7 @@ int main(int argc, char** argv) {
                 }
             }
             bool committing = false;
+            if (args.ledger_timeout_ms > 0) watchdog.arm(db->sock(), std::chrono::milliseconds(args.ledger_timeout_ms));
             try {
                 pqxx::work tx(*db);
                 if (args.fence_check) tx.exec_params("SELECT simba_fence_check($1, $2, $3)", m, id, fence);
@@ -196,13 +236,16 @@ int main(int argc, char** argv) {
                 tx.commit();
                 out.write("ok", w, m, fence, seq, send, recv, row[0].as<std::int64_t>(), row[1].as<std::int64_t>());
             } catch (const pqxx::in_doubt_error&) {
+                watchdog.disarm();  // before db.reset() closes the socket
                 out.write("unk", w, m, fence, seq);
                 db.reset();
             } catch (const pqxx::broken_connection&) {
+                watchdog.disarm();  // before db.reset() closes the socket
                 if (committing) out.write("unk", w, m, fence, seq);
                 else out.write("fail", w, m, fence, seq, "08006");
                 db.reset();
             } catch (const pqxx::sql_error& e) {
+                watchdog.disarm();  // before db.reset() closes the socket
                 std::string state = e.sqlstate().empty() ? "XX000" : e.sqlstate();
                 if (e.sqlstate().empty()) out.write("lib", w, "ledger-error", e.what());
                 // A terminated backend or a crashed server: the outcome of a
@@ -213,10 +256,12 @@ int main(int argc, char** argv) {
                     out.write("fail", w, m, fence, seq, state);
                 if (!db->is_open() || state.rfind("57P", 0) == 0 || state.rfind("08", 0) == 0) db.reset();
             } catch (const std::exception& e) {
+                watchdog.disarm();  // before db.reset() closes the socket
                 out.write(committing ? "unk" : "fail", w, m, fence, seq, committing ? "" : "XX000");
                 out.write("lib", w, "ledger-error", e.what());
                 db.reset();
             }
+            watchdog.disarm();
         }
         sleep_ms(wrote ? args.pause_ms : 5);
     }

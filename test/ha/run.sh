@@ -1,153 +1,187 @@
 #!/usr/bin/env bash
-# simba failover run: a primary and a streaming standby on loopback TCP, the
-# chaos workload on a multi-host connection string, SIGKILL of the primary,
-# promotion of the standby, then the checker against the new primary.
+# simba HA run: a three-node Patroni cluster (one etcd, PostgreSQL 15) on
+# loopback, the chaos workload (test/chaos programs) on a connection string
+# listing every node (through each node's fault proxy) with
+# target_session_attrs=read-write, HA faults (faults.sh) in turn, then the
+# chaos checker against whichever node leads at the end.
 #
-#   test/ha/run.sh --bin-dir DIR [--mode sync|async] [--duration 40]
-#                  [--failover-at 15] [--stall-ms 0]
+#   test/ha/run.sh --bin-dir DIR --proxy-bin FILE [--mode strict|sync|async]
+#                  [--duration S] [--kinds k1,k2,...] [--quiet-ms MS]
+#                  [--bound-ms MS] [--stall-ms MS] [--dcs etcd|etcd3]
 #
-# sync:  synchronous_standby_names = '*', synchronous_commit = on: every
-#        acknowledged commit is on the standby; the checker must find no
-#        violation (exit 1 otherwise).
-# async: no synchronous standby; the checker prints what the promotion lost
-#        and the run passes (--report-only).
-# --stall-ms N: before the kill, the primary's walsender is SIGSTOPped for N ms
-# (a slow or partitioned replication link) and never resumed.
+# strict: synchronous_mode: true, synchronous_mode_strict: true (the
+#         default, what README.md recommends); the checker must find no
+#         violation.
+# sync:   synchronous_mode: true, synchronous_mode_strict: false; judged the
+#         same way. Patroni 3.0.2 loses acknowledged commits in this mode
+#         when the Patroni of a primary is SIGKILLed and started again
+#         (patroni-kill): see README.md.
+# async:  synchronous_mode: false, the control: the checker must find lost
+#         acknowledged writes or grants or a fence issued twice
+#         (--expect-loss); the run fails if it finds nothing.
+# --dcs: Patroni's etcd API, v2 (`etcd:`, the default) or v3 (`etcd3:`).
+# Patroni 3.0.2's etcd3 code lets a leader that wakes up after its ttl
+# overwrite the new leader's key (fixed in 3.0.3, patroni#2689): the pause
+# fault then makes two primaries in turn; see README.md.
+# Kinds (faults.sh): pg-kill patroni-kill switchover pg-restart
+# client-partition etcd-partition pause etcd-restart stall-kill.
 #
-# Both clusters run as an unprivileged user (postgres when started by root)
-# in one temp dir, listen on 127.0.0.1 only, fsync = on, and are stopped and
-# removed on every exit (SIMBA_HA_KEEP=1 keeps the dir and the logs).
+# Everything runs as an unprivileged user (postgres when started by root) in
+# one temp dir, on loopback only, and is stopped and removed on every exit
+# (SIMBA_HA_KEEP=1 keeps the dir and the logs; kept on failure too, stopped).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-bin_dir="" mode=sync duration=40 failover_at=15 stall_ms=0
+bin_dir="" proxy_bin="" dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms=20000 stall_ms=2000
+kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,etcd-partition,pause,etcd-restart,stall-kill
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) bin_dir=$2; shift 2 ;;
+    --proxy-bin) proxy_bin=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
-    --failover-at) failover_at=$2; shift 2 ;;
+    --kinds) kinds=$2; shift 2 ;;
+    --quiet-ms) quiet_ms=$2; shift 2 ;;
+    --bound-ms) bound_ms=$2; shift 2 ;;
     --stall-ms) stall_ms=$2; shift 2 ;;
+    --dcs) dcs=$2; shift 2 ;;
     *) echo "ha/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$mode" in sync|async) ;; *) echo "ha/run.sh: --mode sync|async" >&2; exit 2 ;; esac
+case "$mode" in strict|sync|async) ;; *) echo "ha/run.sh: --mode strict|sync|async" >&2; exit 2 ;; esac
 [ -x "$bin_dir/simba_chaos_worker" ] || { echo "ha/run.sh: no simba_chaos_worker in '$bin_dir'" >&2; exit 2; }
+[ -x "$proxy_bin" ] || { echo "ha/run.sh: no fault proxy at '$proxy_bin'" >&2; exit 2; }
 command -v pg_config >/dev/null || { echo "ha/run.sh: no PostgreSQL (pg_config)" >&2; exit 77; }
-bin=$(pg_config --bindir)
+# Not a skip: CI installs these (test/install-deps.sh), a missing one is a failure.
+for c in patroni patronictl etcd etcdctl setpriv; do
+  command -v "$c" >/dev/null || { echo "ha/run.sh: no $c (run test/install-deps.sh)" >&2; exit 1; }
+done
 
-pguser=""
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/simba-ha.XXXXXX")
 chmod 755 "$dir"
-if [ "$(id -u)" -eq 0 ]; then pguser=postgres; chown postgres: "$dir"; fi
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+ha_proxy_bin=$proxy_bin
+. "$here/patroni_cluster.sh"
+for n in $ha_nodes; do mkdir -p "$dir/$n"; done
 mkdir -p "$dir/logs" && chmod 777 "$dir/logs"
+[ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
 
-# Stops a cluster only if its postmaster.pid names a live postmaster of that
-# data dir: the killed primary leaves a stale pid file, and its pid may have
-# been reused by someone else's process since.
-stop_all() {
-  local d pid
-  for d in primary standby; do
-    pid=$(head -n 1 "$dir/$d/postmaster.pid" 2>/dev/null || true)
-    [ -n "$pid" ] || continue
-    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$dir/$d"; then
-      as_pg "$bin/pg_ctl" -D "$dir/$d" -m immediate -w stop >/dev/null 2>&1 || true
-    fi
-  done
-  if [ "${SIMBA_HA_KEEP:-0}" = 1 ]; then echo "ha/run.sh: kept $dir" >&2; else rm -rf "$dir"; fi
+keep=${SIMBA_HA_KEEP:-0}
+finish() {
+  ha_teardown
+  if [ "$keep" = 1 ]; then echo "ha/run.sh: kept $dir" >&2; else rm -rf "$dir"; fi
 }
-trap stop_all EXIT
+trap finish EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 30000))
-    if port_free "$p" && [ "$p" != "${1:-}" ]; then echo "$p"; return; fi
-  done
-  echo "ha/run.sh: no free port" >&2; exit 1
-}
+# Patroni timing: ttl 10 s, loop_wait 2 s, retry_timeout 3 s (loop_wait +
+# 2 * retry_timeout <= ttl, as Patroni requires for a leader to survive a
+# DCS retry). The liveness bound (--bound-ms) is ttl + loop_wait + the
+# workers' lease (1.5 s) + jitter and reconnect backoff (1 s), plus slack for
+# a shared 2-core machine: see README.md.
+ha_pick_port ETCD_PORT; ha_pick_port ETCD_PEER_PORT
+for n in $ha_nodes; do ha_pick_port "PG_PORT_$n"; ha_pick_port "API_PORT_$n"; done
+{
+  echo "HA_MODE=$mode HA_DCS=$dcs"
+  echo "HA_TTL=10 HA_LOOP_WAIT=2 HA_RETRY_TIMEOUT=3"
+  echo "HA_STALL_MS=$stall_ms"
+  echo "PG_BIN=$(pg_config --bindir)"
+  echo "ha_proxy_bin=$proxy_bin"
+  echo "ETCD_PORT=$ETCD_PORT ETCD_PEER_PORT=$ETCD_PEER_PORT"
+  for n in $ha_nodes; do echo "PG_PORT_$n=$(ha_var PG_PORT "$n") API_PORT_$n=$(ha_var API_PORT "$n")"; done
+} >"$dir/env"
+ha_load_env
+case "$mode" in
+  strict) modes="synchronous_mode true, synchronous_mode_strict true" ;;
+  sync) modes="synchronous_mode true, synchronous_mode_strict false" ;;
+  async) modes="synchronous_mode false" ;;
+esac
 
-# Starts the cluster in $1 on a free port (retrying if another process takes
-# the port first); sets $port. (Not a $(...): the server would hold its pipe.)
-start_on_free_port() {
-  local d=$1 avoid=${2:-} p
-  for _ in 1 2 3 4 5; do
-    p=$(pick_port "$avoid")
-    echo "port = $p" >>"$dir/$d/postgresql.conf"
-    if as_pg "$bin/pg_ctl" -D "$dir/$d" -l "$dir/$d.log" -w -t 60 start >/dev/null 2>&1; then
-      port=$p; return
-    fi
-  done
-  cat "$dir/$d.log" >&2; exit 1
-}
+ha_start_etcd
+for _ in $(seq 1 150); do ha_etcd_healthy && break; sleep 0.2; done
+ha_etcd_healthy || { tail -n 20 "$dir/etcd.log" >&2; echo "ha/run.sh: etcd did not start" >&2; exit 1; }
+for n in $ha_nodes; do
+  ha_start_proxy "etcd-$n" "$ETCD_PORT"
+  echo "ETCD_PROXY_PORT_$n=$proxy_listen ETCD_PROXY_CTL_$n=$proxy_control" >>"$dir/env"
+  ha_start_proxy "pg-$n" "$(ha_var PG_PORT "$n")"
+  echo "CLIENT_PORT_$n=$proxy_listen CLIENT_CTL_$n=$proxy_control" >>"$dir/env"
+done
+ha_load_env
+for n in $ha_nodes; do
+  ha_write_patroni_yml "$n"
+  [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir/$n" "$dir/$n.yml"
+  ha_start_patroni "$n"
+done
+# patronictl talks to etcd directly, not through a node's proxy.
+printf 'scope: %s\n%s:\n  hosts: 127.0.0.1:%s\n' "$ha_scope" "$dcs" "$ETCD_PORT" >"$dir/ctl.yml"
 
-as_pg "$bin/initdb" -D "$dir/primary" -U postgres --auth=trust -E UTF8 --locale=C --no-instructions \
-  >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
-cat >>"$dir/primary/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$dir'
-fsync = on
-synchronous_commit = on
-synchronous_standby_names = ''
-track_commit_timestamp = on
-wal_level = replica
-max_wal_senders = 4
-hot_standby = on
-max_connections = 100
-log_min_messages = warning
-CONF
-start_on_free_port primary; p1=$port
-psql_p() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres -d postgres "$@"; }
-psql_p -p "$p1" -c "CREATE EXTENSION simba" -c "ALTER DATABASE postgres SET simba.history = on" \
+if ! ha_wait_healthy 120; then
+  keep=1
+  for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 15 "$dir/$n/patroni.log"; done
+  echo "ha/run.sh: the cluster did not become healthy in 120 s" >&2; exit 1
+fi
+lp=$(ha_var PG_PORT "$leader")
+ha_psql "$lp" -c "CREATE EXTENSION simba" -c "ALTER DATABASE postgres SET simba.history = on" \
   -c "CREATE TABLE ledger (id bigserial PRIMARY KEY, mutex text NOT NULL, writer text NOT NULL,
         fence bigint NOT NULL, worker int NOT NULL, seq bigint NOT NULL,
         written_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+echo "ha: etcd 127.0.0.1:$ETCD_PORT; $(for n in $ha_nodes; do printf '%s pg %s (clients via %s) ' \
+  "$n" "$(ha_var PG_PORT "$n")" "$(ha_var CLIENT_PORT "$n")"; done); leader $leader;" \
+  "$modes, ttl $HA_TTL s, loop_wait $HA_LOOP_WAIT s;" \
+  "up in ${SECONDS} s"
 
-as_pg "$bin/pg_basebackup" -h 127.0.0.1 -p "$p1" -U postgres -D "$dir/standby" -R -X stream \
-  >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; exit 1; }
-# Once promoted, the standby is alone: like Patroni with synchronous_mode_strict
-# off, it must not wait for a synchronous standby that does not exist.
-echo "synchronous_standby_names = ''" >>"$dir/standby/postgresql.conf"
-start_on_free_port standby "$p1"; p2=$port
-
-want=sync; [ "$mode" = async ] && want=async
-# Synchronous only once the standby exists (commits would wait for it before).
-if [ "$mode" = sync ]; then
-  psql_p -p "$p1" -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
-fi
-for i in $(seq 1 300); do
-  st=$(psql_p -p "$p1" -At -c "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'" || true)
-  [ "$st" = "$want" ] && break
-  [ "$i" = 300 ] && { echo "ha/run.sh: standby not streaming ($want) after 30 s" >&2; exit 1; }
-  sleep 0.1
-done
-echo "ha: primary 127.0.0.1:$p1, standby 127.0.0.1:$p2 ($want), fsync=on, synchronous_commit=on"
-
-conninfo="host=127.0.0.1,127.0.0.1 port=$p1,$p2 target_session_attrs=read-write dbname=postgres user=postgres"
+hosts="" ports=""
+for n in $ha_nodes; do hosts+="${hosts:+,}127.0.0.1"; ports+="${ports:+,}$(ha_var CLIENT_PORT "$n")"; done
+conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgres user=postgres"
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
-  --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds failover
-  --failover-at-s "$failover_at" --stall-ms "$stall_ms" --pgdata "$dir/primary"
-  --standby-pgdata "$dir/standby" --pgbin "$bin" --worker-arg=--hold-ms --worker-arg 3000)
-[ -n "$pguser" ] && nemesis+=(--pguser "$pguser")
-stall_label=""
-[ "$stall_ms" -gt 0 ] && stall_label=", walsender stalled ${stall_ms} ms before the kill"
-checker=("$bin_dir/simba_chaos_checker" --logdir "$dir/logs"
-  --conninfo "host=127.0.0.1 port=$p2 dbname=postgres user=postgres" --bound-ms 8000
-  --label "HA failover ($mode replication$stall_label)")
-[ "$mode" = async ] && checker+=(--report-only)
+  --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
+  --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$here/faults.sh" --fault-timeout-s 120
+  --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000)
+label="HA Patroni ($modes)"
+checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
+[ "$mode" = async ] && checker_common+=(--expect-loss)
 
 set +e
-"${nemesis[@]}"
+SIMBA_HA_DIR=$dir "${nemesis[@]}"
 nrc=$?
-"${checker[@]}"
+# The checker reads the leader once the cluster has settled (all nodes back);
+# one that does not come back fails the run.
+settled=1
+ha_wait_healthy 90 || { settled=0; echo "ha/run.sh: the cluster is not healthy 90 s after the last fault"; }
+direct_ports=""
+for n in $ha_nodes; do direct_ports+="${direct_ports:+,}$(ha_var PG_PORT "$n")"; done
+"$bin_dir/simba_chaos_checker" "${checker_common[@]}" \
+  --conninfo "host=$hosts port=$direct_ports target_session_attrs=read-write dbname=postgres user=postgres"
 crc=$?
 set -e
-if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ]; then
-  for d in primary standby; do echo "--- $d log (tail)"; tail -n 20 "$dir/$d.log" || true; done
-  SIMBA_HA_KEEP=1
-  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc)" >&2
+# Across nodes: once each replica replayed the leader's WAL, every node holds
+# the same history and ledger (a node left unrewound would differ).
+agree=1
+if [ "$settled" = 1 ]; then
+  digest="SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(id || mutex || event || coalesce(owner_id, '')
+      || fence)), 0) FROM simba_mutex_history) || ' / ' || (SELECT count(*) || ':'
+      || coalesce(sum(hashtext(id || mutex || writer || fence || seq)), 0) FROM ledger)"
+  lp=$(ha_var PG_PORT "$leader")
+  lsn=$(ha_psql "$lp" -At -c "SELECT pg_current_wal_lsn()")
+  want=$(ha_psql "$lp" -At -c "$digest")
+  for n in $ha_nodes; do
+    [ "$n" = "$leader" ] && continue
+    p=$(ha_var PG_PORT "$n") end=$((SECONDS + 30)) got=""
+    until [ "$(ha_psql "$p" -At -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'" 2>/dev/null)" = t ]; do
+      [ $SECONDS -lt $end ] || break
+      sleep 0.1
+    done
+    got=$(ha_psql "$p" -At -c "$digest" 2>/dev/null || echo "(unreadable)")
+    if [ "$got" != "$want" ]; then
+      agree=0; echo "ha: $n differs from the leader $leader: history/ledger $got, leader $want"
+    fi
+  done
+  [ "$agree" = 1 ] && echo "ha: every node holds the leader's history and ledger (rows:digest $want)"
+fi
+echo "ha: run took ${SECONDS} s with bring-up"
+if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ] || [ "$settled" = 0 ] || [ "$agree" = 0 ]; then
+  keep=1
+  for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 10 "$dir/$n/patroni.log" || true; done
+  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc, settled $settled, nodes agree $agree)" >&2
   exit 1
 fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# `make ha`: the long HA run on the Patroni cluster (30 minutes by default;
+# SIMBA_HA_SECONDS overrides), strict synchronous mode, every fault kind;
+# then the asynchronous control. Builds what it needs first, like `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+test/install-deps.sh
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+make -s -j2
+$sudo make -s install >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j2 --target simba_chaos_worker simba_chaos_nemesis simba_chaos_checker simba_fault_proxy
+bins=(--bin-dir build/test/chaos --proxy-bin build/test/fault_proxy/simba_fault_proxy)
+test/ha/run.sh "${bins[@]}" --mode strict --duration "${SIMBA_HA_SECONDS:-1800}"
+test/ha/run.sh "${bins[@]}" --mode async --kinds stall-kill --duration 60
