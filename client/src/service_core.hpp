@@ -4,11 +4,11 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "lease.hpp"
 #include "metrics_cell.hpp"
@@ -37,7 +37,9 @@ struct ServiceCore {
     mutable std::mutex m;
     bool active = false;         // callbacks may be emitted
     simba::detail::Lease lease;  // ownership: the one place it is decided (lease.hpp)
-    std::deque<std::function<void()>> pending;  // callbacks not yet run
+    // Callbacks not yet run, oldest first: rarely more than one, and a
+    // std::deque would allocate its first 512-byte block for every service.
+    std::vector<std::function<void()>> pending;
     bool in_callback = false;    // one of them is running on the handle thread
     SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
     std::condition_variable owner_cv;  // a tenure began, or stopped (wait_owner)

@@ -24,7 +24,7 @@ void ServiceEvents::drain_one(ServiceCore& s) {
         std::lock_guard<std::mutex> lock(s.m);
         if (s.pending.empty()) return;
         cb = std::move(s.pending.front());
-        s.pending.pop_front();
+        s.pending.erase(s.pending.begin());
         s.in_callback = true;
     }
     try {
