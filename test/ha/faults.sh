@@ -26,8 +26,8 @@
 #                     not survive (longer than tcp_user_timeout). Healed then.
 #   client-blackhole  the same without the reset: connections stay open, the
 #                     bytes sent during the 4 s are never answered (a frozen
-#                     VM or a stuck pooler). Not in the default list: today's
-#                     client hangs on it (README.md).
+#                     VM or a stuck pooler): the client's deadlines must
+#                     give them up.
 #   etcd-partition    the fault proxy between its Patroni and etcd blackholes
 #                     until Patroni demoted it and another node leads, then
 #                     passes (and resets the stale connections). Healed then.

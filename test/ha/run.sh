@@ -33,7 +33,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 bin_dir="" proxy_bin="" dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms=20000 stall_ms=2000
-kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,etcd-partition,pause,etcd-restart,stall-kill
+kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,client-blackhole,etcd-partition,pause,etcd-restart,stall-kill
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) bin_dir=$2; shift 2 ;;
