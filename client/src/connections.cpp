@@ -11,15 +11,6 @@ namespace simba::pg::detail {
 
 using std::chrono::milliseconds;
 
-namespace {
-
-std::string trimmed(std::string msg) {
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-    return msg;
-}
-
-}  // namespace
-
 Connections::Connections(const FactoryOptions& options, std::string conninfo, std::string listen_info,
                          StatementWatchdog& watchdog)
     : options_(options),
@@ -65,7 +56,7 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
         drop();
         const auto wait = next_backoff();
         log(LogLevel::error,
-            "connect failed: " + trimmed(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
+            "connect failed: " + trimmed_message(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
         return false;
     }
 }
@@ -76,7 +67,7 @@ bool Connections::statement_failed(const std::exception& e, const std::string& w
                 state.rfind("57P", 0) == 0 || !stmt_ || !stmt_->is_open();
     std::string msg = what + " failed";
     if (!state.empty()) msg += " (SQLSTATE " + state + ")";
-    log(LogLevel::error, trimmed(msg + ": " + e.what()));
+    log(LogLevel::error, trimmed_message(msg + ": " + e.what()));
     if (lost) this->lost();
     return lost;
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "simba/errors.hpp"
+#include "statements.hpp"
 
 namespace simba::pg::detail {
 
@@ -26,9 +27,8 @@ Params parse(const std::string& conninfo) {
     char* err = nullptr;
     PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
     if (!opts) {
-        std::string msg = err ? err : "invalid connection string";
+        const std::string msg = trimmed_message(err ? err : "invalid connection string");
         if (err) PQfreemem(err);
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         throw InvalidArgumentError(msg, "22023");
     }
     Params kv;

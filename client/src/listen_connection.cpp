@@ -4,15 +4,11 @@
 
 #include <chrono>
 
+#include "statements.hpp"
+
 namespace simba::pg::detail {
 
 namespace {
-
-std::string trimmed(const char* msg) {
-    std::string s = msg ? msg : "";
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
-}
 
 long long ms(SteadyClock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
@@ -24,7 +20,7 @@ bool ListenConnection::open(const std::string& conninfo, SteadyClock::time_point
     error_.clear();
     conn_ = PQconnectStart(conninfo.c_str());
     if (!conn_) return fail("out of memory");
-    if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed(PQerrorMessage(conn_)));
+    if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
     state_ = State::connecting;
     connect_poll_ = PGRES_POLLING_WRITING;  // libpq's documented first wait
     deadline_ = now + connect_deadline;
@@ -60,9 +56,9 @@ SteadyClock::time_point ListenConnection::next_step(SteadyClock::duration ping_i
 }
 
 bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline) {
-    if (!PQsendQuery(conn_, "LISTEN simba")) return fail("LISTEN could not be sent: " + trimmed(PQerrorMessage(conn_)));
+    if (!PQsendQuery(conn_, "LISTEN simba")) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     const int f = PQflush(conn_);
-    if (f < 0) return fail("LISTEN could not be sent: " + trimmed(PQerrorMessage(conn_)));
+    if (f < 0) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     want_write_ = f == 1;
     in_flight_ = true;
     deadline_ = now + reply_deadline;
@@ -73,10 +69,10 @@ bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::dur
 bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std::string>& payloads) {
     if (want_write_) {
         const int f = PQflush(conn_);
-        if (f < 0) return fail(trimmed(PQerrorMessage(conn_)));
+        if (f < 0) return fail(trimmed_message(PQerrorMessage(conn_)));
         want_write_ = f == 1;
     }
-    if (!PQconsumeInput(conn_)) return fail(trimmed(PQerrorMessage(conn_)));
+    if (!PQconsumeInput(conn_)) return fail(trimmed_message(PQerrorMessage(conn_)));
     while (in_flight_ && !PQisBusy(conn_)) {
         PGresult* r = PQgetResult(conn_);
         if (!r) {  // the exchange is complete
@@ -86,7 +82,7 @@ bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std
             break;
         }
         const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        std::string msg = ok ? "" : trimmed(PQresultErrorMessage(r));
+        std::string msg = ok ? "" : trimmed_message(PQresultErrorMessage(r));
         PQclear(r);
         if (!ok) return fail("LISTEN failed: " + msg);
     }
@@ -94,7 +90,7 @@ bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std
         if (std::string(n->relname) == "simba") payloads.emplace_back(n->extra);
         PQfreemem(n);
     }
-    if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed(PQerrorMessage(conn_)));
+    if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
     return true;
 }
 
@@ -108,9 +104,9 @@ bool ListenConnection::step(SteadyClock::time_point now, short revents, SteadyCl
         if (now >= deadline_) return fail("connect got no answer within its deadline");
         if (!(revents & (events() | POLLERR | POLLHUP))) return true;
         connect_poll_ = PQconnectPoll(conn_);
-        if (connect_poll_ == PGRES_POLLING_FAILED) return fail(trimmed(PQerrorMessage(conn_)));
+        if (connect_poll_ == PGRES_POLLING_FAILED) return fail(trimmed_message(PQerrorMessage(conn_)));
         if (connect_poll_ == PGRES_POLLING_OK) {
-            if (PQsetnonblocking(conn_, 1) != 0) return fail(trimmed(PQerrorMessage(conn_)));
+            if (PQsetnonblocking(conn_, 1) != 0) return fail(trimmed_message(PQerrorMessage(conn_)));
             state_ = State::listening;
             return send_listen(now, reply_deadline);
         }

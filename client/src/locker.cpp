@@ -45,24 +45,23 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
     const auto until = bounded ? deadline : SteadyClock::time_point::max();
     bool ok;
     std::int64_t fence = 0;
-    auto started = [this] {
+    // The start is over (release() may stop it now); `failed`: so is the hold.
+    auto started = [this](bool failed) {
         std::lock_guard<std::mutex> lock(call_mutex_);
         starting_ = false;
+        if (failed) in_use_ = false;
         started_.notify_all();
     };
     try {
         // Start (an attempt's round trip, no waiting for the lock), then wait.
         ok = service_->start_and_wait(SteadyClock::time_point{});
-        started();
+        started(false);
         if (!ok) ok = service_->wait_owner(until);
         // Owner when the wait ended, but a lease can end before fence() reads
         // it: never return with fence 0, wait for the next tenure instead.
         while (ok && (fence = service_->fence()) == 0) ok = service_->wait_owner(until);
     } catch (...) {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        in_use_ = false;
-        starting_ = false;
-        started_.notify_all();
+        started(true);
         throw;
     }
     if (!ok) {

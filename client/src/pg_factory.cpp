@@ -194,8 +194,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// A library error for a failed statement, with the server's SQLSTATE.
     static std::exception_ptr as_simba_error(const std::exception& e, bool lost) {
         if (dynamic_cast<const Error*>(&e)) return std::current_exception();
-        std::string msg = e.what();
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        const std::string msg = trimmed_message(e.what());
         if (lost) return std::make_exception_ptr(ConnectionError(msg, "08006"));
         try {
             throw_sqlstate(sqlstate_of(e), msg);

@@ -41,6 +41,11 @@ const char* const kReleaseSql = "SELECT simba_release($1, $2)";
 /// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
 /// PREPARE fails (e.g. permission denied on first use), but still throws the
 /// matching class: recover the code from the class then.
+std::string trimmed_message(std::string msg) {
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return msg;
+}
+
 std::string sqlstate_of(const std::exception& e) {
     auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
     if (!sql) return {};

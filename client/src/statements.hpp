@@ -37,6 +37,8 @@ std::string array_literal(const std::vector<T>& items, F&& element) {
 
 /// SQLSTATE of a libpqxx error ("" if none).
 std::string sqlstate_of(const std::exception& e);
+/// A libpq or libpqxx error text without its trailing newline (and spaces).
+std::string trimmed_message(std::string msg);
 /// An owner row of kAcquireSql / kAcquireBatchSql, for a request sent at `anchor`.
 MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor);
 
