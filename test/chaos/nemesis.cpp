@@ -97,14 +97,23 @@ void add_options(CLI::App& cli, Args& a) {
     cli.add_option("--seed", a.seed, "random seed");
 }
 
-/// fork + exec; the child dies with us. Returns the pid.
-pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file = {}) {
+/// fork(); the child dies with us (and at once if we died before it could
+/// ask). Returns what fork() does: 0 in the child.
+pid_t fork_bound() {
     pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (::getppid() != parent) ::_exit(127);
+    }
+    return pid;
+}
+
+/// fork + exec; the child dies with us. Returns the pid.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file = {}) {
+    pid_t pid = fork_bound();
+    if (pid == 0) {
         if (!out_file.empty()) {
             int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {
@@ -368,12 +377,8 @@ private:
     void external(const std::string& kind) {
         int fds[2];
         if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-        pid_t parent = ::getpid();
-        pid_t pid = ::fork();
-        if (pid < 0) throw std::runtime_error("fork failed");
+        pid_t pid = fork_bound();
         if (pid == 0) {
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (::getppid() != parent) ::_exit(127);
             ::dup2(fds[1], 1);
             int fd = ::open((a_.logdir + "/faults.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) ::dup2(fd, 2);
