@@ -18,7 +18,13 @@
 //      the ledger with its id, fence and writer; every grant a worker was
 //      told of (on_acquired) is in the server's history;
 //  (5) liveness: after each fault heals, every mutex is observed owned (a
-//      write loop's is_owner() or an on_acquired) within --bound-ms.
+//      write loop's is_owner() or an on_acquired) within --bound-ms;
+//  (6) with --run-mutex (test/ha): `simba run` ran simba_chaos_run_cmd as
+//      CMD (its run-*.log): no two CMDs ran at once (the lock file they
+//      flock, and their spans on the steady clock), the fences CMDs were
+//      given strictly increase, each one is a grant the server has to that
+//      contender, and no CMD ran after the server ended its tenure. The
+//      mutex's grants join (2) and its CMDs' ticks join (5).
 //
 // Server time vs steady time: both clocks are this machine's, their offset is
 // bracketed by every ledger INSERT (clock_timestamp() between the steady send
@@ -26,7 +32,8 @@
 // comparison always takes the side that cannot invent a violation.
 //
 // Usage: simba_chaos_checker --logdir DIR [--conninfo STR] [--bound-ms 5000]
-//        [--mutexes a,b,c] [--expect-stale] [--report-only] [--expect-loss]
+//        [--mutexes a,b,c] [--run-mutex M] [--expect-stale] [--report-only]
+//        [--expect-loss]
 // Exit: 0 when every invariant holds; 1 on any violation. --expect-stale (the
 // control run, fence check off): 0 only if stale writes WERE found (the
 // checker can see them), 1 otherwise. --report-only: always 0 (prints losses).
@@ -60,6 +67,7 @@ struct Args {
     std::string conninfo;
     i64 bound_ms = 5000;
     std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
+    std::string run_mutex;  // simba run's mutex, empty when none ran
     bool expect_stale = false;
     bool report_only = false;
     bool expect_loss = false;
@@ -86,6 +94,11 @@ struct Fault {
     std::string kind;
     i64 start, heal;
     std::string detail;
+};
+struct Cmd {  // one simba run CMD (run_cmd.cpp), by (pid, fence)
+    std::string contender;
+    i64 first = LLONG_MAX, last = LLONG_MIN;  // ticks, steady
+    bool done = false;
 };
 struct Hist {
     i64 id;
@@ -142,6 +155,7 @@ public:
         check3();
         check4();
         check5();
+        check6();
         return report();
     }
 
@@ -153,8 +167,8 @@ private:
         std::vector<std::string> files;
         while (auto* e = ::readdir(d)) {
             std::string n = e->d_name;
-            if ((n.rfind("worker-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".log") ||
-                n == "nemesis.log")
+            bool log = n.size() > 4 && n.substr(n.size() - 4) == ".log";
+            if ((log && (n.rfind("worker-", 0) == 0 || n.rfind("run-", 0) == 0)) || n == "nemesis.log")
                 files.push_back(n);
         }
         ::closedir(d);
@@ -204,6 +218,17 @@ private:
             } else if (t == "run" && f.size() >= 3) {
                 run_start_ = num(f[1]);
                 run_end_ = num(f[2]);
+            } else if (t == "cmd" && f.size() >= 5) {
+                cmds_[{num(f[1]), num(f[2])}].contender = f[3];
+            } else if (t == "tick" && f.size() >= 4) {
+                auto& c = cmds_[{num(f[1]), num(f[2])}];
+                c.first = std::min(c.first, num(f[3]));
+                c.last = std::max(c.last, num(f[3]));
+                ticks_.push_back(num(f[3]));
+            } else if (t == "overlap" && f.size() >= 4) {
+                v6_.add("CMD " + f[1] + " (fence " + f[2] + ") started while another CMD held the lock file");
+            } else if (t == "done" && f.size() >= 4) {
+                cmds_[{num(f[1]), num(f[2])}].done = true;
             } else if (t == "error") {
                 nemesis_errors_.push_back(line);
             }
@@ -217,6 +242,7 @@ private:
         pqxx::nontransaction tx(c);
         std::string list;
         for (auto& m : a_.mutexes) list += (list.empty() ? "" : ",") + tx.quote(m);
+        if (!a_.run_mutex.empty()) list += "," + tx.quote(a_.run_mutex);
         auto h = tx.exec(
             "SELECT id, mutex, event, coalesce(owner_id, ''), fence,"
             " (extract(epoch FROM at) * 1000000)::int8,"
@@ -488,13 +514,18 @@ private:
         // for a reply that arrived before the lease deadline): it counts
         // when the worker's write loop is blocked on another mutex's write.
         for (auto& a : acqs_) obs[a.mutex].push_back({a.steady_cb, a.steady_cb});
+        std::vector<std::string> mutexes = a_.mutexes;
+        if (!a_.run_mutex.empty()) {
+            mutexes.push_back(a_.run_mutex);
+            for (i64 t : ticks_) obs[a_.run_mutex].push_back({t, t});
+        }
         for (auto& [m, v] : obs) std::sort(v.begin(), v.end());
         std::vector<Fault> sorted = faults_;
         std::sort(sorted.begin(), sorted.end(), [](const Fault& x, const Fault& y) { return x.heal < y.heal; });
         for (std::size_t i = 0; i < sorted.size(); ++i) {
             const auto& f = sorted[i];
             i64 horizon = i + 1 < sorted.size() ? sorted[i + 1].start : run_end_;
-            for (auto& m : a_.mutexes) {
+            for (auto& m : mutexes) {
                 auto& v = obs[m];
                 auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(f.heal, static_cast<i64>(LLONG_MIN)));
                 i64 delay = (it == v.end() || it->first > horizon) ? -1 : it->second - f.heal;
@@ -514,9 +545,49 @@ private:
                 auto& from_start = worst_from_start_[f.kind];
                 from_start = std::max(from_start, f.heal - f.start + delay);
                 worst_all_ = std::max(worst_all_, delay);
+                if (m == a_.run_mutex) run_worst_ = std::max(run_worst_, delay);
                 if (delay > a_.bound_ms * 1000000)
                     v5_.add("owner of " + m + " only " + ms(delay) + " after " + f.kind + " (" + f.detail + ") healed");
             }
+        }
+    }
+
+    void check6() {
+        if (a_.run_mutex.empty()) return;
+        const std::string& m = a_.run_mutex;
+        std::vector<std::pair<std::pair<i64, i64>, const Cmd*>> order;  // (pid, fence), by first tick
+        for (auto& [k, c] : cmds_)
+            if (c.first != LLONG_MAX) order.push_back({k, &c});
+        std::sort(order.begin(), order.end(), [](auto& x, auto& y) { return x.second->first < y.second->first; });
+        auto name = [](const std::pair<i64, i64>& k) {
+            return "CMD " + std::to_string(k.first) + " (fence " + std::to_string(k.second) + ")";
+        };
+        i64 latest = LLONG_MIN, last_fence = 0;
+        std::pair<i64, i64> latest_key{};
+        for (auto& [k, c] : order) {
+            if (latest > c->first)
+                v6_.add(name(k) + " ran " + ms(latest - c->first) + " before " + name(latest_key) + " last ran");
+            if (k.second <= last_fence)
+                v6_.add(name(k) + " ran after a CMD with fence " + std::to_string(last_fence));
+            last_fence = std::max(last_fence, k.second);
+            if (c->last > latest) {
+                latest = c->last;
+                latest_key = k;
+            }
+            long gi = grant_index(m, k.second);
+            if (gi < 0) {
+                v6_.add(name(k) + " ran on a grant the server does not have: acknowledged grant lost");
+                ++lost_grants_;
+                continue;
+            }
+            const Hist& g = timeline_.at(m)[static_cast<std::size_t>(gi)];
+            if (g.owner != c->contender)
+                v6_.add(name(k) + " of " + c->contender + " ran with a fence the server granted to " + g.owner);
+            i64 end = tenure_end_us(m, gi);
+            if (end != LLONG_MAX && c->last + off_lo_ >= end * 1000)
+                v6_.add(name(k) + " ran " + ms(c->last + off_lo_ - end * 1000) + " after the server ended its tenure");
+            ++cmds_judged_;
+            if (c->done) ++cmds_done_;
         }
     }
 
@@ -572,9 +643,14 @@ private:
         for (auto& [k, w] : worst_from_start_) worst += std::string(k == worst_from_start_.begin()->first ? " " : ", ") + k + " " + ms(w);
         worst += ")";
         line("(5) liveness:                    ", v5_, worst);
+        if (!a_.run_mutex.empty())
+            line("(6) simba run, one CMD at a time: ", v6_,
+                 " (" + std::to_string(cmds_judged_) + " CMDs on " + a_.run_mutex + ", " + std::to_string(cmds_done_) +
+                     " ran to their end, the others were killed or stopped; " + std::to_string(ticks_.size()) +
+                     " ticks; worst time to a running CMD after a fault healed: " + ms(run_worst_) + ")");
         for (auto& e : nemesis_errors_) std::cout << "  nemesis error: " << e << "\n";
         if (id_order_differs_) std::cout << "  note: history ids and commit order differ on " << id_order_differs_ << " mutexes\n";
-        long violations = v1_.count() + v2_.count() + v3_.count() + v4_.count() + v5_.count();
+        long violations = v1_.count() + v2_.count() + v3_.count() + v4_.count() + v5_.count() + v6_.count();
         int rc;
         if (a_.report_only || a_.expect_loss) {
             std::cout << "  LOST in this run: " << lost_writes_ << " acknowledged ledger writes, " << lost_grants_
@@ -596,7 +672,8 @@ private:
                       << (seen ? "detected: " + std::to_string(stale_rows_) : "NOT detected") << ")\n";
             rc = seen ? 0 : 1;
         } else {
-            bool bad = violations > 0 || !nemesis_errors_.empty() || invs_.empty() || ok == 0;
+            bool bad = violations > 0 || !nemesis_errors_.empty() || invs_.empty() || ok == 0 ||
+                       (!a_.run_mutex.empty() && cmds_judged_ == 0);
             std::cout << "  RESULT: " << (bad ? "FAIL" : "PASS") << " (" << violations << " violations)\n";
             rc = bad ? 1 : 0;
         }
@@ -615,6 +692,10 @@ private:
     std::vector<Fault> faults_;
     std::map<std::string, int> skipped_;
     std::vector<std::string> nemesis_errors_;
+    std::map<std::pair<i64, i64>, Cmd> cmds_;
+    std::vector<i64> ticks_;
+    long cmds_judged_ = 0, cmds_done_ = 0;
+    i64 run_worst_ = 0;
     std::vector<Hist> hist_;
     std::vector<Row> rows_;
     std::map<std::string, std::vector<Hist>> timeline_;
@@ -626,7 +707,7 @@ private:
     long lost_writes_ = 0, lost_grants_ = 0, re_reported_ = 0, reissued_ = 0, simultaneous_ = 0, unjudged_ = 0;
     std::map<std::string, i64> worst_, worst_from_start_;
     i64 worst_all_ = 0;
-    Violations v1_{"(1)"}, v2_{"(2)"}, v3_{"(3)"}, v4_{"(4)"}, v5_{"(5)"};
+    Violations v1_{"(1)"}, v2_{"(2)"}, v3_{"(3)"}, v4_{"(4)"}, v5_{"(5)"}, v6_{"(6)"};
 };
 
 }  // namespace
@@ -638,6 +719,7 @@ int main(int argc, char** argv) {
     cli.add_option("--conninfo", a.conninfo, "libpq connection string");
     cli.add_option("--bound-ms", a.bound_ms, "liveness bound: an owner again within this after a fault healed");
     cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
+    cli.add_option("--run-mutex", a.run_mutex, "the mutex simba run held around simba_chaos_run_cmd (run-*.log)");
     cli.add_flag("--expect-stale", a.expect_stale, "pass only if stale writes were accepted (the control run)");
     cli.add_flag("--report-only", a.report_only, "print the report, pass whatever it says");
     cli.add_flag("--expect-loss", a.expect_loss,

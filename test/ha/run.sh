@@ -8,6 +8,14 @@
 #   test/ha/run.sh --bin-dir DIR --proxy-bin FILE [--mode strict|sync|async]
 #                  [--duration S] [--kinds k1,k2,...] [--quiet-ms MS]
 #                  [--bound-ms MS] [--stall-ms MS] [--dcs etcd|etcd3]
+#                  [--simba-bin FILE] [--tck-bin FILE]
+#
+# --simba-bin: three `simba run` contenders (run_loop.sh) take turns on the
+#         mutex ha-run through the same faults, CMD = simba_chaos_run_cmd;
+#         the checker judges them too (--run-mutex).
+# --tck-bin: once the faults are over and the cluster is healthy, the TCK
+#         (simba_tck_postgres and its worker processes) runs on the cluster
+#         through the same multi-host string, the leader listed last.
 #
 # strict: synchronous_mode: true, synchronous_mode_strict: true (the
 #         default, what README.md recommends); the checker must find no
@@ -34,6 +42,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 bin_dir="" proxy_bin="" dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms=20000 stall_ms=2000
 kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,client-blackhole,etcd-partition,pause,etcd-restart,stall-kill
+simba_bin="" tck_bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) bin_dir=$2; shift 2 ;;
@@ -45,12 +54,16 @@ while [ $# -gt 0 ]; do
     --bound-ms) bound_ms=$2; shift 2 ;;
     --stall-ms) stall_ms=$2; shift 2 ;;
     --dcs) dcs=$2; shift 2 ;;
+    --simba-bin) simba_bin=$2; shift 2 ;;
+    --tck-bin) tck_bin=$2; shift 2 ;;
     *) echo "ha/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$mode" in strict|sync|async) ;; *) echo "ha/run.sh: --mode strict|sync|async" >&2; exit 2 ;; esac
 [ -x "$bin_dir/simba_chaos_worker" ] || { echo "ha/run.sh: no simba_chaos_worker in '$bin_dir'" >&2; exit 2; }
 [ -x "$proxy_bin" ] || { echo "ha/run.sh: no fault proxy at '$proxy_bin'" >&2; exit 2; }
+[ -z "$simba_bin" ] || [ -x "$simba_bin" ] || { echo "ha/run.sh: no simba at '$simba_bin'" >&2; exit 2; }
+[ -z "$tck_bin" ] || [ -x "$tck_bin" ] || { echo "ha/run.sh: no TCK at '$tck_bin'" >&2; exit 2; }
 command -v pg_config >/dev/null || { echo "ha/run.sh: no PostgreSQL (pg_config)" >&2; exit 77; }
 # Not a skip: CI installs these (test/install-deps.sh), a missing one is a failure.
 for c in patroni patronictl etcd etcdctl setpriv; do
@@ -67,7 +80,28 @@ mkdir -p "$dir/logs" && chmod 777 "$dir/logs"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
 
 keep=${SIMBA_HA_KEEP:-0}
+run_loops=()
+# Stops the simba run contenders: no new simba run, SIGTERM to the running
+# ones (forwarded to CMD, then the mutex is released); 0 if all exited
+# within 20 s. --kill: at once, SIGKILL (simba run's watchdog then kills CMD).
+stop_run_loops() {
+  local sig=TERM end=$((SECONDS + 20)) p alive
+  [ "${1:-}" = --kill ] && sig=KILL
+  : >"$dir/run-stop"
+  while :; do
+    alive=0
+    for p in "${run_loops[@]}"; do
+      kill -0 "$p" 2>/dev/null || continue
+      alive=1
+      pkill "-$sig" -P "$p" 2>/dev/null
+    done
+    [ "$alive" = 0 ] && return 0
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.2
+  done
+}
 finish() {
+  [ ${#run_loops[@]} -eq 0 ] || stop_run_loops --kill || kill -KILL "${run_loops[@]}" 2>/dev/null
   ha_teardown
   if [ "$keep" = 1 ]; then echo "ha/run.sh: kept $dir" >&2; else rm -rf "$dir"; fi
 }
@@ -140,10 +174,22 @@ nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba
 label="HA Patroni ($modes)"
 checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
 [ "$mode" = async ] && checker_common+=(--expect-loss)
+if [ -n "$simba_bin" ]; then
+  for i in 1 2 3; do
+    "$here/run_loop.sh" "$simba_bin" "$bin_dir/simba_chaos_run_cmd" "$dir" "$i" "$conninfo" &
+    run_loops+=($!)
+  done
+  checker_common+=(--run-mutex ha-run)
+fi
 
 set +e
 SIMBA_HA_DIR=$dir "${nemesis[@]}"
 nrc=$?
+runs_stopped=1
+if [ ${#run_loops[@]} -gt 0 ]; then
+  stop_run_loops || { runs_stopped=0; echo "ha: simba run did not exit within 20 s of SIGTERM"; }
+  echo "ha: simba run exit statuses (count status): $(cat "$dir"/logs/run-*.exits 2>/dev/null | sort -n | uniq -c | xargs)"
+fi
 # The checker reads the leader once the cluster has settled (all nodes back);
 # one that does not come back fails the run.
 settled=1
@@ -178,10 +224,25 @@ if [ "$settled" = 1 ]; then
   done
   [ "$agree" = 1 ] && echo "ha: every node holds the leader's history and ledger (rows:digest $want)"
 fi
+# The TCK on the cluster, through the client proxies with the leader listed
+# last: every connection must skip the standbys (target_session_attrs).
+trc=0
+if [ -n "$tck_bin" ] && [ "$settled" = 1 ]; then
+  tck_ports=""
+  for n in $ha_nodes; do [ "$n" = "$leader" ] || tck_ports+="$(ha_var CLIENT_PORT "$n"),"; done
+  tck_ports+=$(ha_var CLIENT_PORT "$leader")
+  echo "ha: TCK on the cluster (ports $tck_ports, leader $leader last)"
+  t0=$SECONDS
+  PGHOST=$hosts PGPORT=$tck_ports PGTARGETSESSIONATTRS=read-write PGUSER=postgres PGDATABASE=postgres \
+    PGCONNECT_TIMEOUT=5 "$tck_bin" --gtest_brief=1 || trc=$?
+  echo "ha: TCK exit $trc in $((SECONDS - t0)) s"
+fi
 echo "ha: run took ${SECONDS} s with bring-up"
-if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ] || [ "$settled" = 0 ] || [ "$agree" = 0 ]; then
+if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ] || [ "$settled" = 0 ] || [ "$agree" = 0 ] || [ "$runs_stopped" = 0 ] ||
+  [ "$trc" -ne 0 ]; then
   keep=1
   for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 10 "$dir/$n/patroni.log" || true; done
-  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc, settled $settled, nodes agree $agree)" >&2
+  echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc, settled $settled, nodes agree $agree," \
+    "simba run stopped $runs_stopped, TCK $trc)" >&2
   exit 1
 fi
