@@ -3,11 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <pqxx/pqxx>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace simba::cli {
@@ -64,6 +67,29 @@ std::string to_interval(std::chrono::microseconds d);
 /// Opens a connection (`dsn`, else libpq's environment). Throws Failure(69)
 /// with libpq's reason and what to do.
 std::unique_ptr<pqxx::connection> connect(const std::string& dsn, const std::string& application_name);
+
+/// How long a command waits for the server's answers. libpq has no deadline
+/// of its own, and statement_timeout cannot help when the server, a pooler
+/// or the network in between stops answering (docs/design.md, rule 3).
+constexpr std::chrono::seconds answer_deadline{10};
+
+/// While it lives, bounds the wait for `c`'s answers to answer_deadline,
+/// counted from its construction: past it, it says so on stderr and shuts
+/// the socket down, so the blocked call fails as a lost connection (69).
+/// Scope it around a command's statements.
+class AnswerDeadline {
+public:
+    explicit AnswerDeadline(pqxx::connection& c);
+    ~AnswerDeadline();
+    AnswerDeadline(const AnswerDeadline&) = delete;
+    AnswerDeadline& operator=(const AnswerDeadline&) = delete;
+
+private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread t_;
+};
 
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);

@@ -139,6 +139,7 @@ int cmd_status(const Args& a) {
     if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
     auto conn = connect(a.dsn, "simba-cli");
     if (!a.watch) {
+        AnswerDeadline deadline(*conn);
         auto s = read_status(*conn, a.mutex);
         std::fputs((a.json ? render_json(s) : render_table(s)).c_str(), stdout);
         return ok;
@@ -155,6 +156,7 @@ int cmd_status(const Args& a) {
         std::string body;
         try {
             if (!conn || !conn->is_open()) conn = connect(a.dsn, "simba-cli");
+            AnswerDeadline deadline(*conn);
             auto s = read_status(*conn, a.mutex);
             body = a.json ? render_json(s) : render_table(s);
         } catch (const Failure& e) {
@@ -221,6 +223,7 @@ int cmd_acquire(const Args& a) {
     validate_ttl(ttl);
     validate_transition(transition);
     auto conn = connect(a.dsn, "simba-cli");
+    AnswerDeadline deadline(*conn);
     pqxx::result r;
     try {
         pqxx::nontransaction tx(*conn);
@@ -262,6 +265,7 @@ int cmd_release(const Args& a) {
     if (a.force && a.contender)
         throw UsageError("simba release: --force clears whoever holds the mutex; drop --contender");
     auto conn = connect(a.dsn, "simba-cli");
+    AnswerDeadline deadline(*conn);
     if (a.force) {
         bool cleared = false;
         try {
@@ -315,6 +319,7 @@ int cmd_owner(const Args& a) {
     const std::string mutex = *a.mutex;
     validate_mutex(mutex);
     auto conn = connect(a.dsn, "simba-cli");
+    AnswerDeadline deadline(*conn);
     std::optional<OwnerRow> row;
     try {
         row = read_owner(*conn, mutex);
@@ -341,6 +346,7 @@ int cmd_owner(const Args& a) {
 
 int cmd_metrics(const Args& a) {
     auto conn = connect(a.dsn, "simba-metrics");
+    AnswerDeadline deadline(*conn);
     PrometheusText x;
     pqxx::result mutexes, sems, stats;
     std::string stats_error;

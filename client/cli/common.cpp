@@ -1,4 +1,6 @@
 // simba CLI: durations, connecting, error mapping.
+#include <sys/socket.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +52,28 @@ std::unique_ptr<pqxx::connection> connect(const std::string& dsn, const std::str
                                        "\nhint: set PGHOST, PGPORT, PGDATABASE, PGUSER (libpq's environment) "
                                        "or pass --dsn 'host=... dbname=... user=...'");
     }
+}
+
+AnswerDeadline::AnswerDeadline(pqxx::connection& c) {
+    const int sock = c.sock();
+    t_ = std::thread([this, sock] {
+        std::unique_lock<std::mutex> lock(m_);
+        if (cv_.wait_for(lock, answer_deadline, [this] { return done_; })) return;
+        std::fprintf(stderr,
+                     "simba: no answer from the server within %s: giving up (the server, a pooler or the network is "
+                     "stuck, or a long transaction locks the row); a change the command asked for may still happen\n",
+                     format_duration(answer_deadline).c_str());
+        ::shutdown(sock, SHUT_RDWR);
+    });
+}
+
+AnswerDeadline::~AnswerDeadline() {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        done_ = true;
+    }
+    cv_.notify_one();
+    t_.join();
 }
 
 void fail_sql(const std::exception& e, const std::string& doing) {

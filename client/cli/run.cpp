@@ -122,6 +122,7 @@ int cmd_run(const Args& a) {
     // it also makes the one attempt.
     {
         auto conn = connect(a.dsn, "simba-run");
+        AnswerDeadline deadline(*conn);
         try {
             pqxx::nontransaction tx(*conn);
             if (wait && wait->count() == 0) {

@@ -658,6 +658,24 @@ TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
     EXPECT_EQ(run({"release", "-m", mutex, "-c", "b"}).rc, 0);
 }
 
+// A server that does not answer (here: a long transaction locks the row
+// simba_acquire must update) no longer holds a command for good: it gives up
+// at answer_deadline (10 s) with exit 69, and says why.
+TEST(CliOneShot, NoAnswerWithinTheDeadlineExits69) {
+    const auto mutex = unique_name("cli-noanswer");
+    ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "a"}).rc, 0);
+    ASSERT_EQ(run({"release", "-m", mutex, "-c", "a"}).rc, 0);  // free: simba_acquire must update the row
+    auto c = admin();
+    pqxx::work locker(*c);
+    locker.exec_params("SELECT 1 FROM simba_mutex WHERE mutex = $1 FOR UPDATE", mutex);
+    auto r = run({"acquire", "-m", mutex, "-c", "b"});
+    locker.abort();
+    EXPECT_EQ(r.rc, 69) << r.err;
+    EXPECT_NE(r.err.find("no answer from the server within 10"), std::string::npos) << r.err;
+    EXPECT_GE(r.elapsed, milliseconds(10000));
+    EXPECT_LT(r.elapsed, milliseconds(15000)) << "the deadline, plus a shared machine's slack";
+}
+
 TEST(CliStatus, JsonParsesAndWatchRedraws) {
     const auto mutex = unique_name("cli-json \"quoted\"\\");
     ASSERT_EQ(run({"acquire", "-m", mutex, "-c", "json-holder", "--ttl", "30s"}).rc, 0);
