@@ -15,7 +15,7 @@ while [ ! -e "$dir/run-stop" ]; do
   # The workers' lease (ttl 1 s + transition 500 ms); CMD runs up to 12 s,
   # longer than most faults, so a fault usually strikes a running CMD, which
   # must be gone before the lease can pass on (after a failover: ~10 s).
-  "$simba" run --dsn "$conninfo" --mutex ha-run --ttl 1s --transition 500ms -- \
+  "$simba" run -v --dsn "$conninfo" --mutex ha-run --ttl 1s --transition 500ms -- \
     "$cmd" --log "$dir/logs/run-$n.log" --lock "$dir/run.lock" --hold-min-ms 500 --hold-max-ms 12000 \
     2>>"$dir/logs/run-$n.err"
   rc=$?
