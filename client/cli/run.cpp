@@ -366,7 +366,9 @@ int cmd_run(const Args& a) {
         throw Failure(software, std::string("fork: ") + std::strerror(-page.cmd_pid.load()));
     }
     report();
-    const bool killed = page.kill_sent_ns.load() != 0;
+    // SIGKILLed, or SIGTERMed for failing renewals with no renewal after it
+    // (CMD may have exited by the SIGTERM): either way the lock was lost, 76.
+    const bool killed = page.kill_sent_ns.load() != 0 || page.term_pending.load() != 0;
     bool ended;
     {
         std::lock_guard<std::mutex> lock(sh->m);

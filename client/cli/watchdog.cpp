@@ -93,6 +93,7 @@ public:
                     if (!termed_) {
                         sweep(SIGTERM);
                         termed_ = true;
+                        page_.term_pending.store(1);
                         page_.term_left_ns.store(kill_at + margin - now);
                         page_.term_sent_ns.store(now);
                         news();
@@ -100,6 +101,7 @@ public:
                     wake = kill_at;
                 } else {
                     termed_ = false;  // a renewal came after all
+                    page_.term_pending.store(0);
                     wake = term_at;
                 }
                 if (!killing_)

@@ -50,6 +50,7 @@ struct WatchdogPage {
     std::atomic<int> lingering{0};              ///< processes CMD left, seen at the last reap
     std::atomic<std::int64_t> term_sent_ns{0};  ///< when SIGTERM went out (renewals failing), 0: not
     std::atomic<std::int64_t> term_left_ns{0};  ///< ... that long before the lease end then proven
+    std::atomic<int> term_pending{0};           ///< that SIGTERM stands: no renewal came after it
     std::atomic<std::int64_t> kill_sent_ns{0};  ///< when the first SIGKILL went out, 0: not
     std::atomic<std::int64_t> kill_left_ns{0};  ///< ... that long before the lease end then proven
     std::atomic<int> kill_reason{0};            ///< KillReason

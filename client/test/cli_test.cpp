@@ -463,6 +463,32 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
     EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
 }
 
+// The usual CMD exits by the SIGTERM that failing renewals bring: simba run
+// still reports the lost lock (76), not CMD's status (143), although CMD
+// was gone before the lease ended. Found by the Patroni suite (test/ha).
+TEST(CliRunLease, ACommandEndedByTheSigtermOfFailingRenewalsExits76) {
+    TempDir d;
+    auto root = admin();
+    ScratchDatabase db(*root, "cli-outage-term");
+    auto c = admin(db.conninfo());
+    const auto mutex = unique_name("cli-outage-term");
+    Proc runner({"run", "-v", "--dsn", db.conninfo(), "--mutex", mutex, "--ttl", "2s", "--transition", "1s",
+                 "--grace", "590ms", "--", "sh", "-c", "echo $$ > \"$D/cmd\"; exec sleep 600"},
+                {"D=" + d.path});
+    const pid_t cmd = pid_in(d.path + "/cmd");
+    ASSERT_GT(cmd, 0) << runner.err();
+    db.refuse_connections();
+    {
+        pqxx::nontransaction tx(*c);
+        tx.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    }
+    EXPECT_EQ(runner.wait(), 76) << runner.err();
+    EXPECT_FALSE(alive(cmd));
+    EXPECT_NE(runner.err().find("are failing: sent SIGTERM"), std::string::npos) << runner.err();
+    EXPECT_EQ(runner.err().find("killed (SIGKILL)"), std::string::npos) << "CMD obeyed the SIGTERM: " << runner.err();
+}
+
 TEST(CliRunLease, ARenewalAfterTheSigtermCallsOffTheSigkill) {
     TempDir d;
     auto c = admin();
