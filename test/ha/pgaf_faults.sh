@@ -20,9 +20,11 @@
 #   switchover        pg_autoctl perform switchover. Healed when it returns
 #                     and another node is primary.
 #   pause             SIGSTOP its postmaster and backends (pg_autoctl keeps
-#                     running) until the monitor promoted another node, past
-#                     unhealthy + primary_demote_timeout, then SIGCONT.
-#                     Healed at SIGCONT.
+#                     running) until the monitor promoted another node, or
+#                     for unhealthy + primary_demote_timeout + 15 s (30 s)
+#                     at most, then SIGCONT. Healed at SIGCONT. (A keeper
+#                     that keeps reporting "PostgreSQL is running" can keep
+#                     the monitor from failing over: see README.md.)
 #   client-partition  as in faults.sh: its client proxy blackholes 4 s, then
 #                     resets the connections and passes.
 #   client-blackhole  the same without the reset.
@@ -115,7 +117,8 @@ case "$kind" in
     t0=$(ha_now_ms)
     # shellcheck disable=SC2086
     kill -STOP $pids
-    wait_new_primary "$failover_s" && took="$new primary" || took="no new primary in $failover_s s"
+    paused_s=$((HA_UNHEALTHY_S + HA_DEMOTE_S + 15))
+    wait_new_primary "$paused_s" && took="$new primary" || took="no new primary in $paused_s s"
     # shellcheck disable=SC2086
     kill -CONT $pids
     echo "healed postgres of $old SIGSTOPped $(ha_since "$t0") ($(wc -w <<<"$pids") processes), $took"
