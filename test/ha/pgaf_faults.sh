@@ -33,6 +33,16 @@
 #                     monitor answers.
 #   stall-kill        SIGSTOP its walsenders for HA_STALL_MS (replication
 #                     lag), then node-kill. Healed at the restart.
+#   wait-primary-kill (not in the default list: a double fault, to
+#                     reproduce README.md's pg_auto_failover finding)
+#                     node-kill the primary; once another node is promoted
+#                     (wait_primary: synchronous replication still off),
+#                     SIGSTOP the third node's pg_autoctl and PostgreSQL so
+#                     that it does not become a secondary, let the new
+#                     primary take writes for 3 s, node-kill it too,
+#                     SIGCONT the third node and
+#                     restart the first; once the monitor has a primary
+#                     again (or after 60 s), restart the second. Healed then.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${SIMBA_HA_DIR:?SIMBA_HA_DIR is not set}
@@ -138,6 +148,31 @@ case "$kind" in
       [ $SECONDS -lt $end ] || fail "monitor not back in 30 s"; sleep 0.05
     done
     echo "healed monitor restarted, down $(ha_since "$t0")"
+    ;;
+  wait-primary-kill)
+    pgaf_autoctl_pid "$old" >/dev/null || fail "no pg_autoctl on $old"
+    echo start
+    t0=$(ha_now_ms)
+    kill_node "$old" >/dev/null
+    wait_new_primary "$failover_s" || fail "no new primary in $failover_s s"
+    second=$new third=""
+    for n in $ha_nodes; do [ "$n" = "$old" ] || [ "$n" = "$second" ] || third=$n; done
+    state2=$(pgaf_state "$second")
+    # Its pg_autoctl too: the keeper would report it a secondary (in
+    # join_secondary its PostgreSQL may not even run yet).
+    pids="$(pgaf_autoctl_pids "$third") $(ha_pg_pids "$third")"
+    # shellcheck disable=SC2086
+    kill -STOP $pids
+    sleep 3  # the new primary's time alone, not a wait for a condition
+    state2="$state2 -> $(pgaf_state "$second")"
+    kill_node "$second" >/dev/null
+    # shellcheck disable=SC2086
+    kill -CONT $pids
+    pgaf_start "$old"
+    first=$old old=$second
+    wait_new_primary 60 && took="$new primary $(ha_since "$t0") after the first kill" || took="no other primary in 60 s"
+    pgaf_start "$second"
+    echo "healed $first killed, $second promoted ($state2), $third paused 3 s, $second killed; $took; both pg_autoctl restarted"
     ;;
   *) fail "unknown fault kind" ;;
 esac
