@@ -5,7 +5,7 @@
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
-#   make ha               30 minutes of failover faults on a three-node Patroni cluster (test/ha)
+#   make ha               failover faults on three-node Patroni (30 min) and pg_auto_failover (10 min) clusters (test/ha)
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 #   make deb              the Debian packages (debian/), into build/deb/
 PG_CONFIG ?= pg_config

@@ -10,7 +10,7 @@ pkgs=(
   libpq-dev libpqxx-dev libgtest-dev
   nlohmann-json3-dev libhiredis-dev libcli11-dev
   pgbouncer valgrind
-  patroni etcd-server etcd-client procps
+  patroni etcd-server etcd-client procps postgresql-15-auto-failover
   "$@"
 )
 

@@ -65,8 +65,8 @@ run_ctest_suite() { # name command...
   tally "$name" $((total - nbad)) "$nbad"
   rm -f "$log"
 }
-# C++: client (unit, integration, examples), TCK, SQL fuzzer, chaos, HA on a
-# three-node Patroni cluster (test/ha: about 4 minutes)
+# C++: client (unit, integration, examples), TCK, SQL fuzzer, chaos, HA on
+# three-node Patroni and pg_auto_failover clusters (test/ha: about 8 minutes)
 if [ -d build ]; then
   run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300
   # the client's unit and PostgreSQL tests again, built with ThreadSanitizer

@@ -45,8 +45,6 @@ kind=${1:?usage: faults.sh KIND}
 ha_load_env
 
 fail() { echo "faults.sh $kind: $*" >&2; exit 1; }
-now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-since() { echo "$(( $(now_ms) - $1 )) ms"; }
 
 ha_wait_healthy 90 || fail "cluster not healthy 90 s after the previous fault (leader '${leader:-}')"
 old=$leader
@@ -77,78 +75,72 @@ case "$kind" in
   patroni-kill)
     pid=$(ha_patroni_pid "$old") || fail "no patroni on $old"
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     kill -KILL "$pid"
-    wait_new_leader $((HA_TTL * 3)) && took="$new leads after $(since "$t0")" || took="no new leader in $((HA_TTL * 3)) s"
+    wait_new_leader $((HA_TTL * 3)) && took="$new leads after $(ha_since "$t0")" || took="no new leader in $((HA_TTL * 3)) s"
     ha_start_patroni "$old"
     echo "healed patroni of $old SIGKILLed, $took, patroni restarted"
     ;;
   switchover)
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     out=$(patronictl -c "$dir/ctl.yml" switchover "$ha_scope" --leader "$old" --force 2>&1) ||
       fail "patronictl switchover: $out"
     wait_new_leader 30 || fail "switchover returned but $old still leads: $out"
-    echo "healed switchover $old -> $new in $(since "$t0")"
+    echo "healed switchover $old -> $new in $(ha_since "$t0")"
     ;;
   pg-restart)
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     out=$(patronictl -c "$dir/ctl.yml" restart "$ha_scope" "$old" --force 2>&1) ||
       fail "patronictl restart: $out"
-    echo "healed patronictl restart of $old in $(since "$t0")"
+    echo "healed patronictl restart of $old in $(ha_since "$t0")"
     ;;
   client-partition|client-blackhole)
-    ctl=$(ha_var CLIENT_CTL "$old")
-    echo start
-    ha_proxy_cmd "$ctl" blackhole || fail "proxy blackhole"
-    sleep 4  # the partition's length, not a wait for a condition
-    [ "$kind" = client-partition ] && { ha_proxy_cmd "$ctl" reset || fail "proxy reset"; }
-    ha_proxy_cmd "$ctl" pass || fail "proxy pass"
-    echo "healed clients cut from $old for 4 s$([ "$kind" = client-partition ] && echo ", connections reset")"
+    ha_client_cut "$kind" "$old" || fail "fault proxy"
     ;;
   etcd-partition)
     ctl=$(ha_var ETCD_PROXY_CTL "$old")
     port=$(ha_var PG_PORT "$old")
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     ha_proxy_cmd "$ctl" blackhole || fail "proxy blackhole"
     demoted=""
     end=$((SECONDS + HA_TTL * 3))
     while [ $SECONDS -lt $end ]; do
       [ -z "$demoted" ] && [ "$(ha_psql "$port" -At -c "SELECT pg_is_in_recovery()" 2>/dev/null || true)" != f ] &&
-        demoted="demoted after $(since "$t0")"
+        demoted="demoted after $(ha_since "$t0")"
       new=$(ha_leader_key)
       [ -n "$demoted" ] && [ -n "$new" ] && [ "$new" != "$old" ] && break
       sleep 0.1
     done
     ha_proxy_cmd "$ctl" pass || fail "proxy pass"
     ha_proxy_cmd "$ctl" reset || fail "proxy reset"
-    echo "healed $old cut from etcd: ${demoted:-not demoted}, leader ${new:-none} after $(since "$t0")"
+    echo "healed $old cut from etcd: ${demoted:-not demoted}, leader ${new:-none} after $(ha_since "$t0")"
     ;;
   pause)
     pids=$(ha_pg_pids "$old")
     [ -n "$pids" ] || fail "no postmaster on $old"
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     # shellcheck disable=SC2086
     kill -STOP $pids
     sleep $((HA_TTL + 3))  # past Patroni's ttl: the pause's length
     wait_new_leader 20 && took="$new leads" || took="no new leader"
     # shellcheck disable=SC2086
     kill -CONT $pids
-    echo "healed postgres of $old SIGSTOPped $(since "$t0") ($(wc -w <<<"$pids") processes), $took"
+    echo "healed postgres of $old SIGSTOPped $(ha_since "$t0") ($(wc -w <<<"$pids") processes), $took"
     ;;
   etcd-restart)
     pid=$(ha_etcd_pid) || fail "no etcd"
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     kill -TERM "$pid"
     while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
     ha_start_etcd
     end=$((SECONDS + 30))
     until ha_etcd_healthy; do [ $SECONDS -lt $end ] || fail "etcd not back in 30 s"; sleep 0.05; done
-    echo "healed etcd restarted, down $(since "$t0")"
+    echo "healed etcd restarted, down $(ha_since "$t0")"
     ;;
   stall-kill)
     pm=$(ha_postmaster_pid "$old") || fail "no postmaster on $old"
@@ -156,7 +148,7 @@ case "$kind" in
     walsenders=$(ps -o pid=,args= --ppid "$pm" | awk '/walsender/ { print $1 }')
     [ -n "$walsenders" ] || fail "no walsender on $old"
     echo start
-    t0=$(now_ms)
+    t0=$(ha_now_ms)
     # shellcheck disable=SC2086
     kill -STOP $walsenders
     sleep "$(awk -v ms="$HA_STALL_MS" 'BEGIN { printf "%.3f", ms / 1000 }')"  # the stall's length
@@ -164,7 +156,7 @@ case "$kind" in
     kill -KILL "$ppid"
     # shellcheck disable=SC2086
     kill -KILL $pids
-    wait_new_leader $((HA_TTL * 3)) && took="$new leads after $(since "$t0")" || took="no new leader in $((HA_TTL * 3)) s"
+    wait_new_leader $((HA_TTL * 3)) && took="$new leads after $(ha_since "$t0")" || took="no new leader in $((HA_TTL * 3)) s"
     ha_start_patroni "$old"
     echo "healed $old's walsenders stopped ${HA_STALL_MS} ms, then its patroni and postgres SIGKILLed, $took, patroni restarted"
     ;;

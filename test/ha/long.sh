@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make ha`: the long HA run on the Patroni cluster (30 minutes by default;
 # SIMBA_HA_SECONDS overrides), strict synchronous mode, every fault kind;
-# then the asynchronous control. Builds what it needs first, like `make test`.
+# then the asynchronous control; then 10 minutes of the same on
+# pg_auto_failover (SIMBA_HA_PGAF_SECONDS) and its control. Builds what it
+# needs first, like `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 test/install-deps.sh
@@ -14,3 +16,5 @@ cmake --build build -j2 --target simba_chaos_worker simba_chaos_nemesis simba_ch
 bins=(--bin-dir build/test/chaos --proxy-bin build/test/fault_proxy/simba_fault_proxy --simba-bin build/client/simba)
 test/ha/run.sh "${bins[@]}" --tck-bin build/tck/simba_tck_postgres --mode strict --duration "${SIMBA_HA_SECONDS:-1800}"
 test/ha/run.sh "${bins[@]}" --mode async --kinds stall-kill --duration 60
+test/ha/run.sh "${bins[@]}" --manager pgaf --mode strict --duration "${SIMBA_HA_PGAF_SECONDS:-600}"
+test/ha/run.sh "${bins[@]}" --manager pgaf --mode async --kinds stall-kill --duration 25

@@ -10,66 +10,14 @@
 #
 # Functions expect: $dir, and after ha_load_env, the variables of $dir/env.
 
-ha_nodes="n1 n2 n3"
+here=${here:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+. "$here/common.sh"
 ha_scope=simba-ha
-
-ha_as_pg() {
-  if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; else "$@"; fi
-}
-
-# Starts CMD in the background as the unprivileged user, output appended to
-# LOG, and writes its pid (the process itself, not a subshell's) to PIDFILE.
-ha_spawn() { # pidfile log cmd...
-  local pidfile=$1 log=$2; shift 2
-  if [ "$(id -u)" -eq 0 ]; then
-    setpriv --reuid=postgres --regid=postgres --init-groups -- "$@" >>"$log" 2>&1 </dev/null &
-  else
-    "$@" >>"$log" 2>&1 </dev/null &
-  fi
-  echo $! >"$pidfile"
-  disown  # ours to stop (ha_teardown), not the shell's to report
-}
-
-ha_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# ha_pick_port VAR: sets VAR to a free loopback port not picked before, below
-# the ephemeral range: a restarted Patroni or PostgreSQL binds its port again,
-# and a client connection's local port from that range could hold it.
-ha_picked=" "
-ha_pick_port() {
-  local p low
-  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
-  [ "$low" -gt 21000 ] || { echo "ha: ephemeral ports start at $low, no room below" >&2; return 1; }
-  for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % (low - 20000)))
-    case "$ha_picked" in *" $p "*) continue ;; esac
-    if ha_port_free "$p"; then ha_picked+="$p "; printf -v "$1" %s "$p"; return; fi
-  done
-  echo "ha: no free port" >&2; return 1
-}
-
-ha_load_env() { . "$dir/env"; }
-
-# Starts a fault proxy in the background; sets $proxy_listen $proxy_control.
-ha_start_proxy() { # name target-port
-  local name=$1 target=$2 out="$dir/proxy-$1.out"
-  "$ha_proxy_bin" --target-port "$target" >"$out" 2>&1 </dev/null &
-  echo $! >"$dir/proxy-$name.pid"
-  for _ in $(seq 1 100); do
-    if read -r word proxy_listen proxy_control 2>/dev/null <"$out" && [ "$word" = ready ]; then return 0; fi
-    sleep 0.05
-  done
-  echo "ha: proxy $name did not start" >&2; cat "$out" >&2; return 1
-}
-
-# One line to a proxy's control port; fails unless it answers "ok".
-ha_proxy_cmd() { # control-port command...
-  local port=$1 reply; shift
-  exec 5<>"/dev/tcp/127.0.0.1/$port" || return 1
-  echo "$*" >&5
-  read -r -t 5 reply <&5 || reply="(no answer)"
-  exec 5<&- 5>&-
-  [ "$reply" = ok ] || { echo "ha: proxy $port: $* -> $reply" >&2; return 1; }
-}
+ha_label="HA Patroni"
+ha_fault_script=$here/faults.sh
+ha_default_kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,client-blackhole,etcd-partition,pause,etcd-restart,stall-kill
+ha_modes="strict sync async"
+ha_bound_ms=20000  # see ha_up
 
 ha_start_etcd() {
   ha_spawn "$dir/etcd.pid" "$dir/etcd.log" etcd --name e1 --data-dir "$dir/etcd" \
@@ -88,30 +36,8 @@ ha_start_patroni() { # node
   ha_spawn "$dir/$n/patroni.pid" "$dir/$n/patroni.log" patroni "$dir/$n.yml"
 }
 
-# The live pid in FILE if its command line contains WHAT (pids get reused).
-ha_pid_if() { # file what
-  local pid
-  pid=$(head -n 1 "$1" 2>/dev/null || true)
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2" &&
-    echo "$pid"
-}
-
 ha_patroni_pid() { ha_pid_if "$dir/$1/patroni.pid" "$dir/$1.yml"; }
-ha_postmaster_pid() { ha_pid_if "$dir/$1/data/postmaster.pid" "$dir/$1/data"; }
 ha_etcd_pid() { ha_pid_if "$dir/etcd.pid" "$dir/etcd"; }
-
-# Every process of a node's PostgreSQL: the postmaster and its children.
-ha_pg_pids() { # node
-  local pm
-  pm=$(ha_postmaster_pid "$1") || return 0
-  echo "$pm"
-  ps -o pid= --ppid "$pm" 2>/dev/null || true
-}
-
-ha_psql() { # port args... (direct to a node, bypassing the proxies)
-  local port=$1; shift
-  PGCONNECT_TIMEOUT=2 psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres "$@"
-}
 
 # A Patroni key's value in etcd (empty if none), through the API Patroni
 # uses: v2 for its `etcd:` DCS, v3 for `etcd3:`.
@@ -158,19 +84,6 @@ ha_healthy() {
   fi
   return 0
 }
-
-# Polls ha_healthy until DEADLINE_S seconds; sets $leader and $healthy_s.
-ha_wait_healthy() { # seconds
-  local start=$SECONDS
-  while ! ha_healthy; do
-    if [ $((SECONDS - start)) -ge "$1" ]; then return 1; fi
-    sleep 0.2
-  done
-  healthy_s=$((SECONDS - start))
-}
-
-# ha_var NAME NODE -> value of NAME_NODE from the env file.
-ha_var() { local v="$1_$2"; echo "${!v}"; }
 
 ha_write_patroni_yml() { # node
   local n=$1 sync=true strict=false
@@ -243,22 +156,75 @@ YML
 # (a paused node), SIGKILL every Patroni (so none restarts its PostgreSQL),
 # immediate shutdown of every PostgreSQL, then etcd and the proxies.
 ha_teardown() {
-  local n pid f
+  local n pid
   for n in $ha_nodes; do
     for pid in $(ha_pg_pids "$n"); do kill -CONT "$pid" 2>/dev/null || true; done
     pid=$(ha_patroni_pid "$n") && kill -KILL "$pid" 2>/dev/null || true
   done
-  for n in $ha_nodes; do
-    if ha_postmaster_pid "$n" >/dev/null; then
-      ha_as_pg "$PG_BIN/pg_ctl" -D "$dir/$n/data" -m immediate -w -t 20 stop >/dev/null 2>&1 || true
-    fi
-    for pid in $(ha_pg_pids "$n"); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
+  for n in $ha_nodes; do ha_pg_stop_now "$n"; done
   pid=$(ha_etcd_pid) && { kill -CONT "$pid"; kill -TERM "$pid"; } 2>/dev/null || true
-  for f in "$dir"/proxy-*.pid; do
-    [ -e "$f" ] || continue
-    pid=$(ha_pid_if "$f" simba_fault_proxy) && kill -TERM "$pid" 2>/dev/null || true
-  done
+  ha_stop_proxies
   pid=$(ha_etcd_pid) && { sleep 0.5; kill -KILL "$pid" 2>/dev/null || true; }
   true
+}
+
+# For run.sh: what must be installed (CI installs these, test/install-deps.sh).
+ha_tools="patroni patronictl etcd etcdctl"
+
+ha_mode_text() {
+  case "$HA_MODE" in
+    strict) echo "synchronous_mode true, synchronous_mode_strict true" ;;
+    sync) echo "synchronous_mode true, synchronous_mode_strict false" ;;
+    async) echo "synchronous_mode false" ;;
+  esac
+}
+
+# Brings the cluster up in $dir (run.sh wrote the common part of $dir/env)
+# and waits until it is healthy; sets $leader and $describe. Exits on failure
+# (run.sh's trap tears down; keep=1 keeps the logs).
+#
+# Patroni timing: ttl 10 s, loop_wait 2 s, retry_timeout 3 s (loop_wait +
+# 2 * retry_timeout <= ttl, as Patroni requires for a leader to survive a
+# DCS retry). The liveness bound (run.sh --bound-ms) is ttl + loop_wait + the
+# workers' lease (1.5 s) + jitter and reconnect backoff (1 s), plus slack for
+# a shared 2-core machine: see README.md.
+ha_up() {
+  local n
+  ha_pick_port ETCD_PORT; ha_pick_port ETCD_PEER_PORT
+  for n in $ha_nodes; do ha_pick_port "PG_PORT_$n"; ha_pick_port "API_PORT_$n"; done
+  {
+    echo "HA_DCS=$HA_DCS"
+    echo "HA_TTL=10 HA_LOOP_WAIT=2 HA_RETRY_TIMEOUT=3"
+    echo "ETCD_PORT=$ETCD_PORT ETCD_PEER_PORT=$ETCD_PEER_PORT"
+    for n in $ha_nodes; do echo "PG_PORT_$n=$(ha_var PG_PORT "$n") API_PORT_$n=$(ha_var API_PORT "$n")"; done
+  } >>"$dir/env"
+  ha_load_env
+  ha_start_etcd
+  for _ in $(seq 1 150); do ha_etcd_healthy && break; sleep 0.2; done
+  ha_etcd_healthy || { keep=1; tail -n 20 "$dir/etcd.log" >&2; echo "ha: etcd did not start" >&2; exit 1; }
+  for n in $ha_nodes; do
+    ha_start_proxy "etcd-$n" "$ETCD_PORT"
+    echo "ETCD_PROXY_PORT_$n=$proxy_listen ETCD_PROXY_CTL_$n=$proxy_control" >>"$dir/env"
+    ha_start_proxy "pg-$n" "$(ha_var PG_PORT "$n")"
+    echo "CLIENT_PORT_$n=$proxy_listen CLIENT_CTL_$n=$proxy_control" >>"$dir/env"
+  done
+  ha_load_env
+  for n in $ha_nodes; do
+    ha_write_patroni_yml "$n"
+    [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir/$n" "$dir/$n.yml"
+    ha_start_patroni "$n"
+  done
+  # patronictl talks to etcd directly, not through a node's proxy.
+  printf 'scope: %s\n%s:\n  hosts: 127.0.0.1:%s\n' "$ha_scope" "$HA_DCS" "$ETCD_PORT" >"$dir/ctl.yml"
+  if ! ha_wait_healthy 120; then
+    keep=1
+    ha_log_tails 15
+    echo "ha: the cluster did not become healthy in 120 s" >&2; exit 1
+  fi
+  describe="etcd 127.0.0.1:$ETCD_PORT; ttl $HA_TTL s, loop_wait $HA_LOOP_WAIT s"
+}
+
+ha_log_tails() { # lines
+  local n
+  for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n "$1" "$dir/$n/patroni.log" || true; done
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# simba HA run: a three-node Patroni cluster (one etcd, PostgreSQL 15) on
-# loopback, the chaos workload (test/chaos programs) on a connection string
-# listing every node (through each node's fault proxy) with
-# target_session_attrs=read-write, HA faults (faults.sh) in turn, then the
-# chaos checker against whichever node leads at the end.
+# simba HA run: a three-node PostgreSQL 15 cluster on loopback under an HA
+# manager, Patroni (patroni_cluster.sh: one etcd) or pg_auto_failover
+# (pgaf_cluster.sh: one monitor), the chaos workload (test/chaos programs)
+# on a connection string listing every node (through each node's fault
+# proxy) with target_session_attrs=read-write, HA faults (faults.sh,
+# pgaf_faults.sh) in turn, then the chaos checker against whichever node
+# leads at the end.
 #
-#   test/ha/run.sh --bin-dir DIR --proxy-bin FILE [--mode strict|sync|async]
-#                  [--duration S] [--kinds k1,k2,...] [--quiet-ms MS]
-#                  [--bound-ms MS] [--stall-ms MS] [--dcs etcd|etcd3]
+#   test/ha/run.sh --bin-dir DIR --proxy-bin FILE [--manager patroni|pgaf]
+#                  [--mode strict|sync|async] [--duration S] [--kinds k1,k2,...]
+#                  [--quiet-ms MS] [--bound-ms MS] [--stall-ms MS]
+#                  [--dcs etcd|etcd3]
 #                  [--simba-bin FILE] [--tck-bin FILE]
 #
 # --simba-bin: three `simba run` contenders (run_loop.sh) take turns on the
@@ -17,6 +20,7 @@
 #         (simba_tck_postgres and its worker processes) runs on the cluster
 #         through the same multi-host string, the leader listed last.
 #
+# Patroni (the default manager):
 # strict: synchronous_mode: true, synchronous_mode_strict: true (the
 #         default, what README.md recommends); the checker must find no
 #         violation.
@@ -32,7 +36,16 @@
 # overwrite the new leader's key (fixed in 3.0.3, patroni#2689): the pause
 # fault then makes two primaries in turn; see README.md.
 # Kinds (faults.sh): pg-kill patroni-kill switchover pg-restart
-# client-partition etcd-partition pause etcd-restart stall-kill.
+# client-partition client-blackhole etcd-partition pause etcd-restart
+# stall-kill.
+#
+# pg_auto_failover (--manager pgaf):
+# strict: number_sync_standbys 1, both standbys in the replication quorum,
+#         synchronous_commit on; the checker must find no violation.
+# async:  the control: synchronous_commit = local (commits do not wait for
+#         the standbys); judged with --expect-loss.
+# Kinds (pgaf_faults.sh): pg-kill node-kill switchover pause
+# client-partition client-blackhole monitor-restart stall-kill.
 #
 # Everything runs as an unprivileged user (postgres when started by root) in
 # one temp dir, on loopback only, and is stopped and removed on every exit
@@ -40,13 +53,14 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-bin_dir="" proxy_bin="" dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms=20000 stall_ms=2000
-kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,client-blackhole,etcd-partition,pause,etcd-restart,stall-kill
+bin_dir="" proxy_bin="" manager=patroni dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms="" stall_ms=2000
+kinds=""
 simba_bin="" tck_bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) bin_dir=$2; shift 2 ;;
     --proxy-bin) proxy_bin=$2; shift 2 ;;
+    --manager) manager=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --kinds) kinds=$2; shift 2 ;;
@@ -59,22 +73,28 @@ while [ $# -gt 0 ]; do
     *) echo "ha/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$mode" in strict|sync|async) ;; *) echo "ha/run.sh: --mode strict|sync|async" >&2; exit 2 ;; esac
 [ -x "$bin_dir/simba_chaos_worker" ] || { echo "ha/run.sh: no simba_chaos_worker in '$bin_dir'" >&2; exit 2; }
 [ -x "$proxy_bin" ] || { echo "ha/run.sh: no fault proxy at '$proxy_bin'" >&2; exit 2; }
 [ -z "$simba_bin" ] || [ -x "$simba_bin" ] || { echo "ha/run.sh: no simba at '$simba_bin'" >&2; exit 2; }
 [ -z "$tck_bin" ] || [ -x "$tck_bin" ] || { echo "ha/run.sh: no TCK at '$tck_bin'" >&2; exit 2; }
 command -v pg_config >/dev/null || { echo "ha/run.sh: no PostgreSQL (pg_config)" >&2; exit 77; }
+# The manager's harness: ha_up, ha_healthy, ha_teardown, its fault script.
+case "$manager" in
+  patroni) . "$here/patroni_cluster.sh" ;;
+  pgaf) . "$here/pgaf_cluster.sh" ;;
+  *) echo "ha/run.sh: --manager patroni|pgaf" >&2; exit 2 ;;
+esac
+case " $ha_modes " in *" $mode "*) ;; *) echo "ha/run.sh: --manager $manager: --mode ${ha_modes// /|}" >&2; exit 2 ;; esac
+kinds=${kinds:-$ha_default_kinds}
+bound_ms=${bound_ms:-$ha_bound_ms}
 # Not a skip: CI installs these (test/install-deps.sh), a missing one is a failure.
-for c in patroni patronictl etcd etcdctl setpriv; do
+for c in $ha_tools setpriv; do
   command -v "$c" >/dev/null || { echo "ha/run.sh: no $c (run test/install-deps.sh)" >&2; exit 1; }
 done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/simba-ha.XXXXXX")
 chmod 755 "$dir"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
-ha_proxy_bin=$proxy_bin
-. "$here/patroni_cluster.sh"
 for n in $ha_nodes; do mkdir -p "$dir/$n"; done
 mkdir -p "$dir/logs" && chmod 777 "$dir/logs"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
@@ -108,70 +128,32 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
-# Patroni timing: ttl 10 s, loop_wait 2 s, retry_timeout 3 s (loop_wait +
-# 2 * retry_timeout <= ttl, as Patroni requires for a leader to survive a
-# DCS retry). The liveness bound (--bound-ms) is ttl + loop_wait + the
-# workers' lease (1.5 s) + jitter and reconnect backoff (1 s), plus slack for
-# a shared 2-core machine: see README.md.
-ha_pick_port ETCD_PORT; ha_pick_port ETCD_PEER_PORT
-for n in $ha_nodes; do ha_pick_port "PG_PORT_$n"; ha_pick_port "API_PORT_$n"; done
 {
-  echo "HA_MODE=$mode HA_DCS=$dcs"
-  echo "HA_TTL=10 HA_LOOP_WAIT=2 HA_RETRY_TIMEOUT=3"
-  echo "HA_STALL_MS=$stall_ms"
+  echo "HA_MODE=$mode HA_STALL_MS=$stall_ms"
   echo "PG_BIN=$(pg_config --bindir)"
   echo "ha_proxy_bin=$proxy_bin"
-  echo "ETCD_PORT=$ETCD_PORT ETCD_PEER_PORT=$ETCD_PEER_PORT"
-  for n in $ha_nodes; do echo "PG_PORT_$n=$(ha_var PG_PORT "$n") API_PORT_$n=$(ha_var API_PORT "$n")"; done
 } >"$dir/env"
 ha_load_env
-case "$mode" in
-  strict) modes="synchronous_mode true, synchronous_mode_strict true" ;;
-  sync) modes="synchronous_mode true, synchronous_mode_strict false" ;;
-  async) modes="synchronous_mode false" ;;
-esac
-
-ha_start_etcd
-for _ in $(seq 1 150); do ha_etcd_healthy && break; sleep 0.2; done
-ha_etcd_healthy || { tail -n 20 "$dir/etcd.log" >&2; echo "ha/run.sh: etcd did not start" >&2; exit 1; }
-for n in $ha_nodes; do
-  ha_start_proxy "etcd-$n" "$ETCD_PORT"
-  echo "ETCD_PROXY_PORT_$n=$proxy_listen ETCD_PROXY_CTL_$n=$proxy_control" >>"$dir/env"
-  ha_start_proxy "pg-$n" "$(ha_var PG_PORT "$n")"
-  echo "CLIENT_PORT_$n=$proxy_listen CLIENT_CTL_$n=$proxy_control" >>"$dir/env"
-done
-ha_load_env
-for n in $ha_nodes; do
-  ha_write_patroni_yml "$n"
-  [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir/$n" "$dir/$n.yml"
-  ha_start_patroni "$n"
-done
-# patronictl talks to etcd directly, not through a node's proxy.
-printf 'scope: %s\n%s:\n  hosts: 127.0.0.1:%s\n' "$ha_scope" "$dcs" "$ETCD_PORT" >"$dir/ctl.yml"
-
-if ! ha_wait_healthy 120; then
-  keep=1
-  for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 15 "$dir/$n/patroni.log"; done
-  echo "ha/run.sh: the cluster did not become healthy in 120 s" >&2; exit 1
-fi
+HA_DCS=$dcs  # for patroni_cluster.sh
+modes=$(ha_mode_text)
+ha_up
 lp=$(ha_var PG_PORT "$leader")
 ha_psql "$lp" -c "CREATE EXTENSION simba" -c "ALTER DATABASE postgres SET simba.history = on" \
   -c "CREATE TABLE ledger (id bigserial PRIMARY KEY, mutex text NOT NULL, writer text NOT NULL,
         fence bigint NOT NULL, worker int NOT NULL, seq bigint NOT NULL,
         written_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-echo "ha: etcd 127.0.0.1:$ETCD_PORT; $(for n in $ha_nodes; do printf '%s pg %s (clients via %s) ' \
+echo "ha: $manager: $(for n in $ha_nodes; do printf '%s pg %s (clients via %s) ' \
   "$n" "$(ha_var PG_PORT "$n")" "$(ha_var CLIENT_PORT "$n")"; done); leader $leader;" \
-  "$modes, ttl $HA_TTL s, loop_wait $HA_LOOP_WAIT s;" \
-  "up in ${SECONDS} s"
+  "$modes; $describe; up in ${SECONDS} s"
 
 hosts="" ports=""
 for n in $ha_nodes; do hosts+="${hosts:+,}127.0.0.1"; ports+="${ports:+,}$(ha_var CLIENT_PORT "$n")"; done
 conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgres user=postgres"
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
-  --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$here/faults.sh" --fault-timeout-s 120
+  --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$ha_fault_script" --fault-timeout-s 120
   --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000)
-label="HA Patroni ($modes)"
+label="$ha_label ($modes)"
 checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
 [ "$mode" = async ] && checker_common+=(--expect-loss)
 if [ -n "$simba_bin" ]; then
@@ -241,7 +223,7 @@ echo "ha: run took ${SECONDS} s with bring-up"
 if [ "$nrc" -ne 0 ] || [ "$crc" -ne 0 ] || [ "$settled" = 0 ] || [ "$agree" = 0 ] || [ "$runs_stopped" = 0 ] ||
   [ "$trc" -ne 0 ]; then
   keep=1
-  for n in $ha_nodes; do echo "--- $n patroni log (tail)"; tail -n 10 "$dir/$n/patroni.log" || true; done
+  ha_log_tails 10
   echo "ha/run.sh: FAILED (nemesis $nrc, checker $crc, settled $settled, nodes agree $agree," \
     "simba run stopped $runs_stopped, TCK $trc)" >&2
   exit 1
