@@ -110,6 +110,16 @@ ha_wait_healthy() { # seconds
   healthy_s=$((SECONDS - start))
 }
 
+# The end of a manager's ha_up: healthy within 120 s, or the run fails with
+# the managers' log tails (and keeps the dir).
+ha_up_healthy() {
+  ha_wait_healthy 120 && return 0
+  keep=1
+  ha_log_tails 15
+  echo "ha: the cluster did not become healthy in 120 s" >&2
+  exit 1
+}
+
 # Immediate shutdown of a node's PostgreSQL ($dir/NODE/data), then SIGKILL
 # what is left.
 ha_pg_stop_now() { # node

@@ -216,11 +216,7 @@ ha_up() {
   done
   # patronictl talks to etcd directly, not through a node's proxy.
   printf 'scope: %s\n%s:\n  hosts: 127.0.0.1:%s\n' "$ha_scope" "$HA_DCS" "$ETCD_PORT" >"$dir/ctl.yml"
-  if ! ha_wait_healthy 120; then
-    keep=1
-    ha_log_tails 15
-    echo "ha: the cluster did not become healthy in 120 s" >&2; exit 1
-  fi
+  ha_up_healthy
   describe="etcd 127.0.0.1:$ETCD_PORT; ttl $HA_TTL s, loop_wait $HA_LOOP_WAIT s"
 }
 

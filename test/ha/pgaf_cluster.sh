@@ -221,11 +221,7 @@ CONF
   # 2.0's `set formation number-sync-standbys` rejects every value.)
   pgaf_monitor_sql "SELECT pgautofailover.set_formation_number_sync_standbys('default',
     $([ "$HA_MODE" = async ] && echo 0 || echo 1))" >/dev/null
-  if ! ha_wait_healthy 120; then
-    keep=1
-    ha_log_tails 15
-    echo "ha: the cluster did not become healthy in 120 s" >&2; exit 1
-  fi
+  ha_up_healthy
   describe="monitor 127.0.0.1:$MONITOR_PORT; unhealthy after ${HA_UNHEALTHY_S} s, primary_demote_timeout ${HA_DEMOTE_S} s"
 }
 
