@@ -11,14 +11,15 @@
 #                  [--mode strict|sync|async] [--duration S] [--kinds k1,k2,...]
 #                  [--quiet-ms MS] [--bound-ms MS] [--stall-ms MS]
 #                  [--dcs etcd|etcd3]
-#                  [--simba-bin FILE] [--tck-bin FILE]
+#                  [--simba-bin FILE] [--tck-bin FILE [--tck-filter GTEST_FILTER]]
 #
 # --simba-bin: three `simba run` contenders (run_loop.sh) take turns on the
 #         mutex ha-run through the same faults, CMD = simba_chaos_run_cmd;
 #         the checker judges them too (--run-mutex).
 # --tck-bin: once the faults are over and the cluster is healthy, the TCK
 #         (simba_tck_postgres and its worker processes) runs on the cluster
-#         through the same multi-host string, the leader listed last.
+#         through the same multi-host string, the leader listed last;
+#         --tck-filter picks its cases (--gtest_filter).
 #
 # Patroni (the default manager):
 # strict: synchronous_mode: true, synchronous_mode_strict: true (the
@@ -55,7 +56,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 bin_dir="" proxy_bin="" manager=patroni dcs=etcd mode=strict duration=180 quiet_ms=2000 bound_ms="" stall_ms=2000
 kinds=""
-simba_bin="" tck_bin=""
+simba_bin="" tck_bin="" tck_filter="*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) bin_dir=$2; shift 2 ;;
@@ -70,6 +71,7 @@ while [ $# -gt 0 ]; do
     --dcs) dcs=$2; shift 2 ;;
     --simba-bin) simba_bin=$2; shift 2 ;;
     --tck-bin) tck_bin=$2; shift 2 ;;
+    --tck-filter) tck_filter=$2; shift 2 ;;
     *) echo "ha/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +80,9 @@ done
 [ -z "$simba_bin" ] || [ -x "$simba_bin" ] || { echo "ha/run.sh: no simba at '$simba_bin'" >&2; exit 2; }
 [ -z "$tck_bin" ] || [ -x "$tck_bin" ] || { echo "ha/run.sh: no TCK at '$tck_bin'" >&2; exit 2; }
 command -v pg_config >/dev/null || { echo "ha/run.sh: no PostgreSQL (pg_config)" >&2; exit 77; }
+# Only this run's clusters: libpq's environment (test/with-cluster.sh around
+# ctest sets PGHOST, PGPORT, PGDATA) would send pg_autoctl and psql elsewhere.
+for v in $(compgen -e); do case "$v" in PG[A-Z]*) unset "$v" ;; esac; done
 # The manager's harness: ha_up, ha_healthy, ha_teardown, its fault script.
 case "$manager" in
   patroni) . "$here/patroni_cluster.sh" ;;
@@ -216,7 +221,7 @@ if [ -n "$tck_bin" ] && [ "$settled" = 1 ]; then
   echo "ha: TCK on the cluster (ports $tck_ports, leader $leader last)"
   t0=$SECONDS
   PGHOST=$hosts PGPORT=$tck_ports PGTARGETSESSIONATTRS=read-write PGUSER=postgres PGDATABASE=postgres \
-    PGCONNECT_TIMEOUT=5 "$tck_bin" --gtest_brief=1 || trc=$?
+    PGCONNECT_TIMEOUT=5 "$tck_bin" --gtest_brief=1 --gtest_filter="$tck_filter" || trc=$?
   echo "ha: TCK exit $trc in $((SECONDS - t0)) s"
 fi
 echo "ha: run took ${SECONDS} s with bring-up"
