@@ -219,8 +219,14 @@ CONF
   # Commits wait for one standby of the two (the default for two standbys;
   # set anyway: what this suite tests). The control: none. (SQL: pg_autoctl
   # 2.0's `set formation number-sync-standbys` rejects every value.)
-  pgaf_monitor_sql "SELECT pgautofailover.set_formation_number_sync_standbys('default',
-    $([ "$HA_MODE" = async ] && echo 0 || echo 1))" >/dev/null
+  # The monitor refuses while the primary is still changing state
+  # (wait_primary): retried until it takes, 60 s at most.
+  end=$((SECONDS + 60))
+  until pgaf_monitor_sql "SELECT pgautofailover.set_formation_number_sync_standbys('default',
+      $([ "$HA_MODE" = async ] && echo 0 || echo 1))" >/dev/null 2>"$dir/sync-standbys.err"; do
+    [ $SECONDS -lt $end ] || { keep=1; cat "$dir/sync-standbys.err" >&2; echo "ha: number_sync_standbys not set" >&2; exit 1; }
+    sleep 0.5
+  done
   ha_up_healthy
   describe="monitor 127.0.0.1:$MONITOR_PORT; unhealthy after ${HA_UNHEALTHY_S} s, primary_demote_timeout ${HA_DEMOTE_S} s"
 }
