@@ -22,7 +22,7 @@
 
 PG_FUNCTION_INFO_V1(simba_history_trigger_1_3);
 PG_FUNCTION_INFO_V1(simba_history_prune);
-PG_FUNCTION_INFO_V1(simba_force_release_1_3);
+PG_FUNCTION_INFO_V1(simba_force_release_1_4);
 
 bool		simba_history = false;
 
@@ -39,7 +39,8 @@ static SimbaPlan history_insert = {
  * latest tenure: its lease lapsed and nobody took the mutex yet, or the
  * current tenure took over from it. Logged once per tenure: the unique index
  * simba_mutex_history_late_release drops a repeat ($1 mutex, $2 contender,
- * $3 t, $4 role).
+ * $3 t, $4 role, $5 roleid, $6 sysid). The history keeps role names only:
+ * an earlier tenure is matched by name.
  */
 static SimbaPlan late_release_insert = {
 	"INSERT INTO simba_mutex_history AS h"
@@ -47,23 +48,26 @@ static SimbaPlan late_release_insert = {
 	" SELECT m.mutex, 'late_release', $2, $4, tenure.fence, $3"
 	"   FROM simba_mutex AS m,"
 	"        LATERAL (SELECT m.fence"
-	"                  WHERE m.owner_id = $2 AND COALESCE(m.owner_role, $4) = $4"
+	"                  WHERE m.owner_id = $2"
+	"                    AND " SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$4", "$5", "$6")
 	"                 UNION ALL"
 	"                 SELECT t.previous_fence FROM simba_mutex_history AS t"
 	"                  WHERE t.mutex = $1 AND t.fence = m.fence AND t.event = 'taken_over'"
 	"                    AND t.previous_owner = $2"
-	"                    AND COALESCE(t.previous_role, $4) = $4) AS tenure(fence)"
+	"                    AND t.previous_role = $4) AS tenure(fence)"
 	"  WHERE m.mutex = $1 AND tenure.fence IS NOT NULL"
 	" ON CONFLICT (mutex, fence) WHERE event = 'late_release' DO NOTHING",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID}
+	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID}
 };
 
+/* $1 mutex, $2 t, $3 origin: a live lease, on simba's clock (clock.c) */
 static SimbaPlan force_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = NULL, owner_role = NULL, acquired_at = NULL, ttl_at = NULL,"
-	"       transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND m.owner_id IS NOT NULL AND m.transition_at > $2",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,"
+	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
+	" WHERE m.mutex = $1 AND m.owner_id IS NOT NULL"
+	"   AND " SIMBA_LEASE_END("m.transition_at", "m.acquired_at", "m.clock_origin", "$3") " > $2",
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static SimbaPlan prune_delete = {
@@ -144,7 +148,7 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 		nulls[3] = isnull ? 'n' : ' ';
 		values[4] = column(old, desc, "fence", &isnull);
 		nulls[5] = nulls[6] = nulls[7] = 'n';
-		values[8] = TimestampTzGetDatum(GetCurrentTimestamp());
+		values[8] = TimestampTzGetDatum(simba_now(fcinfo));
 	}
 	else
 	{
@@ -180,22 +184,26 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 }
 
 void
-simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, Datum role, TimestampTz t)
+simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller,
+					   TimestampTz t)
 {
 	simba_execute(fcinfo, &late_release_insert,
-				  (Datum[]) {mutex, contender, TimestampTzGetDatum(t), role}, NULL, 0);
+				  (Datum[]) {mutex, contender, TimestampTzGetDatum(t), caller->role, caller->roleid,
+		caller->sysid}, NULL, 0);
 }
 
 Datum
-simba_force_release_1_3(PG_FUNCTION_ARGS)
+simba_force_release_1_4(PG_FUNCTION_ARGS)
 {
-	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
+	text	   *mutex;
 	bool		released;
 
+	simba_enter(fcinfo, true);
+	mutex = simba_name_arg(fcinfo, 0, "mutex");
 	SPI_connect();
 	released = simba_execute(fcinfo, &force_update,
-							 (Datum[]) {PointerGetDatum(mutex),
-		TimestampTzGetDatum(GetCurrentTimestamp())}, NULL, 1) == 1;
+							 (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(simba_now(fcinfo)),
+		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
 	SPI_finish();
 	if (released)
 		Async_Notify("simba", text_to_cstring(mutex));

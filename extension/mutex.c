@@ -1,16 +1,16 @@
 /*
  * mutex.c — the leased mutex: acquire/renew, release, owner, fence check.
  *
- * Protocol (docs/design.md, "Protocol"). t is the server clock read once
- * per call, before any statement runs. acquire decides with one conditional
+ * Protocol (docs/design.md, "Protocol"). t is simba's clock (clock.c) read
+ * once per call, before any statement runs. acquire decides with one conditional
  * UPDATE: a non-holder wins when the row is free or transition_at <= t; the
  * holder renews while transition_at > t. Deciding at t is safe when the
  * UPDATE first waits on a row lock: a takeover then still needs the lease to
  * have ended by t (it ended earlier than the real time of the decision) and
  * a renewal gets a lease counted from t (shorter than asked, never longer).
  *
- * Holder: a contender id together with the role that called (outside simba's
- * SECURITY DEFINER), so a role that reads another role's contender id cannot
+ * Holder: a contender id together with the role the call runs as (by OID,
+ * see SimbaCaller), so a role that reads another role's contender id cannot
  * renew, release or fence-check with it; it is a different contender.
  *
  * Fence: a new value of the sequence simba_mutex_fence whenever the mutex
@@ -31,66 +31,95 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 
-PG_FUNCTION_INFO_V1(simba_acquire_1_3);
-PG_FUNCTION_INFO_V1(simba_release_1_3);
-PG_FUNCTION_INFO_V1(simba_owner_1_3);
-PG_FUNCTION_INFO_V1(simba_fence_check_1_3);
+PG_FUNCTION_INFO_V1(simba_acquire_1_4);
+PG_FUNCTION_INFO_V1(simba_release_1_4);
+PG_FUNCTION_INFO_V1(simba_owner_1_4);
+PG_FUNCTION_INFO_V1(simba_fence_check_1_4);
+PG_FUNCTION_INFO_V1(simba_mutex_gc);
 
 /*
  * Columns of simba_owner, in order; $3 of the acquire statements is t.
- * owner_role is NULL only for a tenure taken before 1.3; the first role that
- * renews it adopts it (coalesce(m.owner_role, $6) = $6).
+ * A tenure whose role is NULL (taken before 1.3) belongs to nobody: it is
+ * never renewed, released or fence-checked, only taken over once it ends.
  */
 #define OWNER_COLUMNS "m.mutex, m.owner_id, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence"
-#define SAME_HOLDER(id, role) "m.owner_id = " id " AND COALESCE(m.owner_role, " role ") = " role
+#define SAME_HOLDER(id, role, roleid, sysid) \
+	"(m.owner_id = " id " AND " SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", role, roleid, sysid) ")"
+#define LEASE_END(origin) SIMBA_MUTEX_END(origin)
+#define LIVE(t, origin) SIMBA_MUTEX_LIVE(t, origin)
 
-/* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role */
-#define ACQUIRE_ARGS 6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
+/* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role, $7 roleid, $8 sysid, $9 origin */
+#define ACQUIRE_ARGS 9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+#define ACQUIRE_HOLDER SAME_HOLDER("$2", "$6", "$7", "$8")
 
 /* A new holder gets a fence from the sequence: never reused, even after a rollback. */
 static SimbaPlan acquire_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = $2, owner_role = $6, acquired_at = $3, ttl_at = $4, transition_at = $5,"
+	"   SET owner_id = $2, owner_role = $6, owner_roleid = $7, owner_sysid = $8,"
+	"       acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9,"
 	"       version = m.version + 1,"
-	"       fence = CASE WHEN " SAME_HOLDER("$2", "$6") " AND m.transition_at > $3"
+	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " LIVE("$3", "$9")
 	"                    THEN m.fence ELSE pg_catalog.nextval('simba_mutex_fence') END"
 	" WHERE m.mutex = $1"
-	"   AND (m.owner_id IS NULL OR (" SAME_HOLDER("$2", "$6") ") OR m.transition_at <= $3)"
+	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " LIVE("$3", "$9") ")"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
 
 static SimbaPlan acquire_insert = {
 	"INSERT INTO simba_mutex AS m"
-	"       (mutex, owner_id, owner_role, acquired_at, ttl_at, transition_at, version, fence)"
-	" VALUES ($1, $2, $6, $3, $4, $5, 1, pg_catalog.nextval('simba_mutex_fence'))"
+	"       (mutex, owner_id, owner_role, owner_roleid, owner_sysid, acquired_at, ttl_at, transition_at,"
+	"        clock_origin, version, fence)"
+	" VALUES ($1, $2, $6, $7, $8, $3, $4, $5, $9, 1, pg_catalog.nextval('simba_mutex_fence'))"
 	" ON CONFLICT (mutex) DO NOTHING"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
 
-/* The row as it stands, owner NULL once the lease has ended. $2 = t. */
+/*
+ * The row as it stands, owner NULL once the lease has ended. A lease of
+ * another clock is shown as this clock counts it. $2 = t, $3 = origin.
+ */
 static SimbaPlan owner_select = {
-	"SELECT m.mutex, CASE WHEN m.transition_at > $2 THEN m.owner_id END,"
-	"       m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, $2,"
-	"       CASE WHEN m.transition_at > $2 THEN m.owner_role END"
+	"SELECT m.mutex, CASE WHEN " LIVE("$2", "$3") " THEN m.owner_id END,"
+	"       " SIMBA_LEASE_END("m.acquired_at", "m.acquired_at", "m.clock_origin", "$3") ","
+	"       " SIMBA_LEASE_END("m.ttl_at", "m.acquired_at", "m.clock_origin", "$3") ","
+	"       " LEASE_END("$3") ", m.version, m.fence, $2,"
+	"       CASE WHEN " LIVE("$2", "$3") " THEN m.owner_role END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* Only a live lease of the caller is released; an expired or foreign one is left alone. */
+/*
+ * Only a live lease of the caller is released; an expired or foreign one is
+ * left alone. $1 mutex, $2 contender, $3 t, $4 role, $5 roleid, $6 sysid,
+ * $7 origin.
+ */
 static SimbaPlan release_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = NULL, owner_role = NULL, acquired_at = NULL, ttl_at = NULL,"
-	"       transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4") " AND m.transition_at > $3",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID}
+	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,"
+	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
+	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " LIVE("$3", "$7"),
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 };
 
+/* $1 mutex, $2 role, $3 roleid, $4 sysid, $5 origin */
 static SimbaPlan fence_lock = {
-	"SELECT m.owner_id, m.fence, m.transition_at, m.owner_role"
+	"SELECT m.owner_id, m.fence, " LEASE_END("$5") ", m.owner_role,"
+	"       COALESCE(" SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$2", "$3", "$4") ", false)"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
-	1, {TEXTOID}
+	5, {TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+};
+
+/*
+ * Rows of mutexes nobody holds and no transaction has locked ($1 t, $2
+ * origin). Fences come from a sequence, so a mutex used again after its row
+ * was removed still gets a fence above every earlier one.
+ */
+static SimbaPlan gc_delete = {
+	"DELETE FROM simba_mutex AS d WHERE d.mutex IN"
+	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " LIVE("$1", "$2") " FOR UPDATE SKIP LOCKED)",
+	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static TupleDesc
@@ -111,16 +140,18 @@ returned_owner(TupleDesc tupdesc)
 }
 
 Datum
-simba_acquire_1_3(PG_FUNCTION_ARGS)
+simba_acquire_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
 	int64		ttl = simba_duration_arg(fcinfo, 2, "ttl", false);
 	int64		transition = simba_duration_arg(fcinfo, 3, "transition", true);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
-	TimestampTz t = GetCurrentTimestamp();
+	TimestampTz t = simba_now(fcinfo);
+	TimestampTz origin = simba_clock_origin(fcinfo);
 	TimestampTz ttl_at;
-	Datum		args[6];
+	Datum		args[9];
 	Datum		result;
 	int			attempt;
 
@@ -131,7 +162,10 @@ simba_acquire_1_3(PG_FUNCTION_ARGS)
 	args[2] = TimestampTzGetDatum(t);
 	args[3] = TimestampTzGetDatum(ttl_at);
 	args[4] = TimestampTzGetDatum(simba_add_usec(ttl_at, transition));
-	args[5] = simba_caller_role();
+	args[5] = caller.role;
+	args[6] = caller.roleid;
+	args[7] = caller.sysid;
+	args[8] = TimestampTzGetDatum(origin);
 
 	SPI_connect();
 	/*
@@ -143,7 +177,7 @@ simba_acquire_1_3(PG_FUNCTION_ARGS)
 	{
 		if (simba_execute(fcinfo, &acquire_update, args, NULL, 1) == 1)
 			break;
-		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2]}, NULL, 1) == 1)
+		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1)
 			break;
 		if (simba_execute(fcinfo, &acquire_insert, args, NULL, 1) == 1)
 			break;
@@ -156,22 +190,21 @@ simba_acquire_1_3(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_release_1_3(PG_FUNCTION_ARGS)
+simba_release_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	Datum		args[4];
+	TimestampTz t = simba_now(fcinfo);
 	bool		released;
 
-	args[0] = PointerGetDatum(mutex);
-	args[1] = PointerGetDatum(contender);
-	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	args[3] = simba_caller_role();
-
 	SPI_connect();
-	released = simba_execute(fcinfo, &release_update, args, NULL, 1) == 1;
+	released = simba_execute(fcinfo, &release_update,
+							 (Datum[]) {PointerGetDatum(mutex), PointerGetDatum(contender),
+		TimestampTzGetDatum(t), caller.role, caller.roleid, caller.sysid,
+		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
 	if (!released && simba_history)
-		simba_log_late_release(fcinfo, args[0], args[1], args[3], DatumGetTimestampTz(args[2]));
+		simba_log_late_release(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller, t);
 	SPI_finish();
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
@@ -181,17 +214,23 @@ simba_release_1_3(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_owner_1_3(PG_FUNCTION_ARGS)
+simba_owner_1_4(PG_FUNCTION_ARGS)
 {
-	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
+	text	   *mutex;
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
-	TimestampTz t = GetCurrentTimestamp();
+	TimestampTz t;
+	TimestampTz origin;
 	Datum		result = (Datum) 0;
 	bool		found;
 
+	simba_enter(fcinfo, false);
+	mutex = simba_name_arg(fcinfo, 0, "mutex");
+	t = simba_now(fcinfo);
+	origin = simba_clock_origin(fcinfo);
 	SPI_connect();
 	found = simba_execute(fcinfo, &owner_select,
-						  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t)}, NULL, 1) == 1;
+						  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+						  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1) == 1;
 	if (found)
 		result = returned_owner(tupdesc);
 	SPI_finish();
@@ -209,16 +248,17 @@ simba_owner_1_3(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_fence_check_1_3(PG_FUNCTION_ARGS)
+simba_fence_check_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
 	int64		fence = simba_int64_arg(fcinfo, 2, "fence");
 	char	   *mutex_name = text_to_cstring(mutex);
 	char	   *contender_name = text_to_cstring(contender);
-	char	   *caller_role = NameStr(*DatumGetName(simba_caller_role()));
 	char	   *owner = NULL;
 	char	   *owner_role = NULL;
+	bool		same_role = false;
 	int64		current_fence = 0;
 	TimestampTz transition_at = 0;
 	TimestampTz t;
@@ -229,7 +269,9 @@ simba_fence_check_1_3(PG_FUNCTION_ARGS)
 				 errmsg("fence must be positive")));
 
 	SPI_connect();
-	if (simba_execute(fcinfo, &fence_lock, (Datum[]) {PointerGetDatum(mutex)}, NULL, 1) == 1)
+	if (simba_execute(fcinfo, &fence_lock,
+					  (Datum[]) {PointerGetDatum(mutex), caller.role, caller.roleid, caller.sysid,
+		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
@@ -239,9 +281,10 @@ simba_fence_check_1_3(PG_FUNCTION_ARGS)
 		current_fence = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
 		transition_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
 		owner_role = SPI_getvalue(row, desc, 4);
+		same_role = DatumGetBool(SPI_getbinval(row, desc, 5, &isnull));
 	}
 	/* Read after the row lock: the lease must still hold now. */
-	t = GetCurrentTimestamp();
+	t = simba_now(fcinfo);
 
 	if (owner == NULL || strcmp(owner, contender_name) != 0)
 		ereport(ERROR,
@@ -249,12 +292,13 @@ simba_fence_check_1_3(PG_FUNCTION_ARGS)
 				 errmsg("contender \"%s\" does not hold mutex \"%s\"", contender_name, mutex_name),
 				 owner ? errdetail("It is held by \"%s\".", owner)
 				 : errdetail("The mutex is free.")));
-	if (owner_role != NULL && strcmp(owner_role, caller_role) != 0)
+	if (!same_role)
 		ereport(ERROR,
 				(errcode(ERRCODE_SIMBA_NOT_OWNER),
 				 errmsg("contender \"%s\" of role \"%s\" does not hold mutex \"%s\"",
-						contender_name, caller_role, mutex_name),
-				 errdetail("It is held by \"%s\" of role \"%s\".", owner, owner_role),
+						contender_name, NameStr(*DatumGetName(caller.role)), mutex_name),
+				 owner_role ? errdetail("It is held by \"%s\" of role \"%s\".", owner, owner_role)
+				 : errdetail("It is held by \"%s\", taken before version 1.3 without a role.", owner),
 				 errhint("A lease belongs to the role that took it.")));
 	if (fence != current_fence)
 		ereport(ERROR,
@@ -269,4 +313,18 @@ simba_fence_check_1_3(PG_FUNCTION_ARGS)
 				 errhint("Acquire the mutex again; the new lease gets a new fence.")));
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+Datum
+simba_mutex_gc(PG_FUNCTION_ARGS)
+{
+	uint64		deleted;
+
+	simba_enter(fcinfo, true);
+	SPI_connect();
+	deleted = simba_execute(fcinfo, &gc_delete,
+							(Datum[]) {TimestampTzGetDatum(simba_now(fcinfo)),
+		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 0);
+	SPI_finish();
+	PG_RETURN_INT64((int64) deleted);
 }

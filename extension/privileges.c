@@ -20,8 +20,8 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
-PG_FUNCTION_INFO_V1(simba_grant_1_3);
-PG_FUNCTION_INFO_V1(simba_revoke_1_3);
+PG_FUNCTION_INFO_V1(simba_grant_1_4);
+PG_FUNCTION_INFO_V1(simba_revoke_1_4);
 PG_FUNCTION_INFO_V1(simba_strip_privileges);
 
 /* EXECUTE on these for a granted role: take, hold and check locks and permits. */
@@ -34,6 +34,7 @@ static const char *const granted_functions[] = {
 	"simba_semaphore_refresh(text, uuid, interval)",
 	"simba_semaphore_release(text, uuid)",
 	"simba_semaphore_fence_check(text, uuid, bigint)",
+	"simba_clock()",
 };
 
 /* SELECT on these for a granted role: see state and history. */
@@ -104,14 +105,14 @@ set_privileges(FunctionCallInfo fcinfo, bool allow)
 }
 
 Datum
-simba_grant_1_3(PG_FUNCTION_ARGS)
+simba_grant_1_4(PG_FUNCTION_ARGS)
 {
 	set_privileges(fcinfo, true);
 	PG_RETURN_VOID();
 }
 
 Datum
-simba_revoke_1_3(PG_FUNCTION_ARGS)
+simba_revoke_1_4(PG_FUNCTION_ARGS)
 {
 	set_privileges(fcinfo, false);
 	PG_RETURN_VOID();
@@ -120,34 +121,43 @@ simba_revoke_1_3(PG_FUNCTION_ARGS)
 /*
  * One REVOKE per privilege that a role other than the owner holds on a
  * function, table, view or sequence of the extension (a NULL ACL is the
- * default one: EXECUTE for PUBLIC on a function), except,
- * when $2, the kinds simba_grant gives ($3 function names, $4 relations).
+ * default one: EXECUTE for PUBLIC on a function), except, when $2, the
+ * kinds simba_grant gives ($3 function names, $4 relations) to a role that
+ * holds nothing else. A role holding anything else (EXECUTE on an admin
+ * function, any right on a table or sequence) got it from default
+ * privileges or by hand, not from simba_grant: it keeps nothing. PUBLIC
+ * never keeps anything.
  */
 static const char *const strip_query =
-"SELECT pg_catalog.format('REVOKE %s ON %s %s FROM %s CASCADE', a.privilege_type, o.kind, o.object,"
-"         CASE WHEN a.grantee = 0::pg_catalog.oid THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END)"
-"  FROM (SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proname,"
-"               COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner)), p.proowner"
-"          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid"
-"         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass"
-"           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
-"           AND d.refobjid = $1 AND d.deptype = 'e'"
-"        UNION ALL"
-"        SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,"
-"               c.oid::pg_catalog.regclass::pg_catalog.text, c.relname,"
-"               COALESCE(c.relacl, pg_catalog.acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::pg_catalog.\"char\","
-"                                                        c.relowner)), c.relowner"
-"          FROM pg_catalog.pg_class c"
-"         WHERE c.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d"
-"                          WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass"
-"                            AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
-"                            AND d.refobjid = $1 AND d.deptype = 'e')"
-"       ) AS o(kind, object, name, acl, owner),"
-"       LATERAL pg_catalog.aclexplode(o.acl) AS a"
-"       LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee"
-" WHERE a.grantee <> o.owner"
-"   AND NOT ($2 AND ((o.kind = 'FUNCTION' AND a.privilege_type = 'EXECUTE' AND o.name = ANY ($3))"
-"                 OR (o.kind = 'TABLE' AND a.privilege_type = 'SELECT' AND o.name = ANY ($4))))"
+"WITH acl AS ("
+"  SELECT o.kind, o.object, a.grantee, a.privilege_type,"
+"         (o.kind = 'FUNCTION' AND a.privilege_type = 'EXECUTE' AND o.name = ANY ($3))"
+"          OR (o.kind = 'TABLE' AND a.privilege_type = 'SELECT' AND o.name = ANY ($4)) AS granted_kind"
+"    FROM (SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proname,"
+"                 COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner)), p.proowner"
+"            FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid"
+"           WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass"
+"             AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
+"             AND d.refobjid = $1 AND d.deptype = 'e'"
+"          UNION ALL"
+"          SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,"
+"                 c.oid::pg_catalog.regclass::pg_catalog.text, c.relname,"
+"                 COALESCE(c.relacl, pg_catalog.acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::pg_catalog.\"char\","
+"                                                          c.relowner)), c.relowner"
+"            FROM pg_catalog.pg_class c"
+"           WHERE c.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d"
+"                            WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass"
+"                              AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
+"                              AND d.refobjid = $1 AND d.deptype = 'e')"
+"         ) AS o(kind, object, name, acl, owner),"
+"         LATERAL pg_catalog.aclexplode(o.acl) AS a"
+"   WHERE a.grantee <> o.owner)"
+"SELECT pg_catalog.format('REVOKE %s ON %s %s FROM %s CASCADE', acl.privilege_type, acl.kind, acl.object,"
+"         CASE WHEN acl.grantee = 0::pg_catalog.oid THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END)"
+"  FROM acl LEFT JOIN pg_catalog.pg_roles r ON r.oid = acl.grantee"
+" WHERE NOT ($2 AND acl.granted_kind AND acl.grantee <> 0::pg_catalog.oid"
+"            AND NOT EXISTS (SELECT 1 FROM acl AS other"
+"                             WHERE other.grantee = acl.grantee AND NOT other.granted_kind))"
 " ORDER BY 1";
 
 /* A text[] of the object names (function names without their arguments). */

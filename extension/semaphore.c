@@ -1,37 +1,45 @@
 /*
  * semaphore.c — counting semaphores with leased, fenced permits (1.1).
  *
- * A grant locks the key row (FOR NO KEY UPDATE, via the UPDATE that records
- * the limit), reads the clock, then counts live permits with a new snapshot:
- * every earlier grant of the key has committed by then, so the count is exact
- * and grants never over-allocate. Refresh and fence check lock the key row
- * FOR SHARE before reading the clock, so each of them is ordered against the
- * grants: a grant never counts as expired a permit that its holder refreshed
- * or fenced "at the same time". Release only shortens a permit.
+ * Grants of a key are serialized by the key row (the UPDATE that records
+ * the limit locks it FOR NO KEY UPDATE). A grant reads the clock, then locks
+ * the key's expired permit rows with SKIP LOCKED and counts with a new
+ * snapshot: a permit whose row another transaction holds locked (its
+ * holder refreshing or fence-checking it) counts as taken, whatever its
+ * time, so grants never over-allocate and never wait for a holder. A refresh
+ * and a fence check lock only the caller's own permit row and read the clock
+ * after that lock: a grant that took the slot over first leaves them nothing
+ * to refresh, and one that comes later finds the row locked. A grant that
+ * grants nothing rolls back its internal subtransaction, so it leaves no
+ * lock behind in the caller's transaction: a role without a permit cannot
+ * stall anyone. Release only shortens a permit.
  *
  * A permit belongs to its token and to the role that took it (as a mutex
  * tenure does, see mutex.c): another role's refresh, release or fence check
- * with the same token finds no permit. A refresh locks the key row only once
- * it has found the caller's live permit, so a wrong token holds no lock.
- * See simba--1.3.sql for the tables.
+ * with the same token finds no permit, and locks nothing. See simba--1.4.sql
+ * for the tables.
  */
 #include "simba.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 
 /* Largest permits argument (documented in README). */
 #define SIMBA_MAX_PERMITS 10000
 /* Longest context string, in characters. */
 #define SIMBA_MAX_CONTEXT_CHARS 256
 
-PG_FUNCTION_INFO_V1(simba_semaphore_acquire_1_3);
-PG_FUNCTION_INFO_V1(simba_semaphore_refresh_1_3);
-PG_FUNCTION_INFO_V1(simba_semaphore_release_1_3);
-PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_3);
-PG_FUNCTION_INFO_V1(simba_semaphore_gc);
+PG_FUNCTION_INFO_V1(simba_semaphore_acquire_1_4);
+PG_FUNCTION_INFO_V1(simba_semaphore_refresh_1_4);
+PG_FUNCTION_INFO_V1(simba_semaphore_release_1_4);
+PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_4);
+PG_FUNCTION_INFO_V1(simba_semaphore_gc_1_4);
+
+#define PERMIT_LIVE(t, origin) SIMBA_PERMIT_LIVE(t, origin)
 
 static SimbaPlan key_lock_grant = {
 	"UPDATE simba_semaphore SET permits = $2 WHERE key = $1",
@@ -44,71 +52,77 @@ static SimbaPlan key_insert = {
 	2, {TEXTOID, INT4OID}
 };
 
-static SimbaPlan key_lock_share = {
-	"SELECT 1 FROM simba_semaphore WHERE key = $1 FOR SHARE",
+/* The key's expired slots that no other transaction holds, locked, lowest first. $2 = t */
+static SimbaPlan expired_slots = {
+	"SELECT p.slot FROM simba_semaphore_permit AS p"
+	" WHERE p.key = $1 AND NOT " PERMIT_LIVE("$2", "$3")
+	" ORDER BY p.slot FOR UPDATE SKIP LOCKED",
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* slots of the key, the next new slot */
+static SimbaPlan slots_count = {
+	"SELECT pg_catalog.count(*), COALESCE(pg_catalog.max(slot) + 1, 0)"
+	"  FROM simba_semaphore_permit WHERE key = $1",
 	1, {TEXTOID}
 };
 
-/* live permits, the lowest reusable slot, the next new slot; $2 = t */
-static SimbaPlan slots_count = {
-	"SELECT pg_catalog.count(*) FILTER (WHERE expires_at > $2),"
-	"       pg_catalog.min(slot) FILTER (WHERE expires_at <= $2),"
-	"       COALESCE(pg_catalog.max(slot) + 1, 0)"
-	"  FROM simba_semaphore_permit WHERE key = $1",
-	2, {TEXTOID, TIMESTAMPTZOID}
-};
-
-/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at, $7 role */
-#define GRANT_ARGS 7, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
-/* The caller's permit ($1 key, $2 token, role as given); NULL role: taken before 1.3. */
-#define CALLERS_PERMIT(role) "key = $1 AND token = $2 AND COALESCE(holder_role, " role ") = " role
+/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at, $7 role, $8 roleid, $9 sysid, $10 origin */
+#define GRANT_ARGS 10, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 #define PERMIT_COLUMNS "key, slot, token, fence, expires_at"
 
 static SimbaPlan slot_take_over = {
 	"UPDATE simba_semaphore_permit"
-	"   SET holder = $3, holder_role = $7, context = $4, acquired_at = $5, expires_at = $6,"
+	"   SET holder = $3, holder_role = $7, holder_roleid = $8, holder_sysid = $9, context = $4,"
+	"       acquired_at = $5, renewed_at = $5, expires_at = $6, clock_origin = $10,"
 	"       token = pg_catalog.gen_random_uuid(),"
 	"       fence = pg_catalog.nextval('simba_permit_fence')"
-	" WHERE key = $1 AND slot = $2 AND expires_at <= $5"
+	" WHERE key = $1 AND slot = $2"
 	" RETURNING " PERMIT_COLUMNS,
 	GRANT_ARGS
 };
 
 static SimbaPlan slot_insert = {
 	"INSERT INTO simba_semaphore_permit"
-	"       (key, slot, holder, holder_role, context, acquired_at, expires_at, token, fence)"
-	" VALUES ($1, $2, $3, $7, $4, $5, $6, pg_catalog.gen_random_uuid(),"
+	"       (key, slot, holder, holder_role, holder_roleid, holder_sysid, context, acquired_at, renewed_at,"
+	"        expires_at, clock_origin, token, fence)"
+	" VALUES ($1, $2, $3, $7, $8, $9, $4, $5, $5, $6, $10, pg_catalog.gen_random_uuid(),"
 	"         pg_catalog.nextval('simba_permit_fence'))"
 	" RETURNING " PERMIT_COLUMNS,
 	GRANT_ARGS
 };
 
-/* $1 key, $2 token, $3 t, $4 role */
-static SimbaPlan permit_live = {
-	"SELECT 1 FROM simba_semaphore_permit"
-	" WHERE " CALLERS_PERMIT("$4") " AND expires_at > $3",
-	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, NAMEOID}
+/* The caller's permit: $1 key, $2 token, $3 role, $4 roleid, $5 sysid. */
+#define CALLERS_PERMIT \
+	"p.key = $1 AND p.token = $2 AND " \
+	SIMBA_SAME_ROLE("p.holder_role", "p.holder_roleid", "p.holder_sysid", "$3", "$4", "$5")
+#define CALLER_ARGS TEXTOID, UUIDOID, NAMEOID, OIDOID, INT8OID
+
+/* Locks the caller's permit row, whatever its time; a wrong token locks nothing. */
+static SimbaPlan permit_lock = {
+	"SELECT 1 FROM simba_semaphore_permit AS p WHERE " CALLERS_PERMIT " FOR NO KEY UPDATE",
+	5, {CALLER_ARGS}
 };
 
-/* $1 key, $2 token, $3 t, $4 expires_at, $5 role */
+/* $6 t, $7 expires_at, $8 origin */
 static SimbaPlan permit_refresh = {
-	"UPDATE simba_semaphore_permit SET expires_at = $4, holder_role = $5"
-	" WHERE " CALLERS_PERMIT("$5") " AND expires_at > $3",
-	5, {TEXTOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID}
+	"UPDATE simba_semaphore_permit AS p SET expires_at = $7, renewed_at = $6, clock_origin = $8"
+	" WHERE " CALLERS_PERMIT " AND " PERMIT_LIVE("$6", "$8"),
+	8, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* $1 key, $2 token, $3 t, $4 role */
+/* $6 t, $7 origin */
 static SimbaPlan permit_release = {
-	"UPDATE simba_semaphore_permit SET expires_at = $3"
-	" WHERE " CALLERS_PERMIT("$4") " AND expires_at > $3",
-	4, {TEXTOID, UUIDOID, TIMESTAMPTZOID, NAMEOID}
+	"UPDATE simba_semaphore_permit AS p SET expires_at = $6, renewed_at = $6, clock_origin = $7"
+	" WHERE " CALLERS_PERMIT " AND " PERMIT_LIVE("$6", "$7"),
+	7, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* $1 key, $2 token, $3 role */
+/* $6 origin; locks the row FOR SHARE: its slot is not granted again until the caller's transaction ends */
 static SimbaPlan permit_read = {
-	"SELECT fence, expires_at FROM simba_semaphore_permit"
-	" WHERE " CALLERS_PERMIT("$3"),
-	3, {TEXTOID, UUIDOID, NAMEOID}
+	"SELECT p.fence, " SIMBA_PERMIT_END("$6")
+	"  FROM simba_semaphore_permit AS p WHERE " CALLERS_PERMIT " FOR SHARE",
+	6, {CALLER_ARGS, TIMESTAMPTZOID}
 };
 
 static SimbaPlan gc_keys = {
@@ -124,8 +138,8 @@ static SimbaPlan gc_lock = {
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_semaphore s WHERE s.key = $1"
 	"   AND NOT EXISTS (SELECT 1 FROM simba_semaphore_permit p"
-	"                    WHERE p.key = $1 AND p.expires_at > $2)",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	"                    WHERE p.key = $1 AND " PERMIT_LIVE("$2", "$3") ")",
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static Datum
@@ -144,21 +158,72 @@ column_int64(int col, bool *isnull)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull));
 }
 
-Datum
-simba_semaphore_acquire_1_3(PG_FUNCTION_ARGS)
+/* key, token and the caller: the first five parameters of the permit plans */
+static void
+caller_args(Datum *args, text *key, Datum token, const SimbaCaller *caller)
 {
+	args[0] = PointerGetDatum(key);
+	args[1] = token;
+	args[2] = caller->role;
+	args[3] = caller->roleid;
+	args[4] = caller->sysid;
+}
+
+/*
+ * Under the key lock: the permit granted to grant_args' holder as a
+ * simba_permit datum, or 0 when every slot is live or held by another
+ * transaction. Fills in grant_args' slot, times and origin.
+ */
+static Datum
+grant(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum *grant_args, int32 permits, int64 ttl,
+	  bool has_context)
+{
+	/* Time after the lock: every earlier grant is visible now. */
+	TimestampTz t = simba_now(fcinfo);
+	TimestampTz origin = simba_clock_origin(fcinfo);
+	SimbaPlan  *plan = &slot_take_over;
+	uint64		reusable;
+	int64		slots;
+	bool		isnull;
+
+	reusable = simba_execute(fcinfo, &expired_slots,
+							 (Datum[]) {grant_args[0], TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+							 NULL, 0);
+	if (reusable > 0)
+		grant_args[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	simba_execute(fcinfo, &slots_count, grant_args, NULL, 1);
+	slots = column_int64(1, &isnull);
+	if (slots - (int64) reusable >= permits)
+		return (Datum) 0;
+	/* Take over the lowest expired slot, or open the next one. */
+	if (reusable == 0)
+	{
+		grant_args[1] = Int32GetDatum((int32) column_int64(2, &isnull));
+		plan = &slot_insert;
+	}
+	grant_args[4] = TimestampTzGetDatum(t);
+	grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
+	grant_args[9] = TimestampTzGetDatum(origin);
+	if (simba_execute(fcinfo, plan, grant_args, has_context ? NULL : "   n      ", 1) != 1)
+		elog(ERROR, "simba: permit slot vanished while granting");
+	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
+}
+
+Datum
+simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	text	   *holder = simba_name_arg(fcinfo, 1, "holder");
 	int32		permits;
 	int64		ttl = simba_duration_arg(fcinfo, 3, "ttl", false);
 	text	   *context = PG_ARGISNULL(4) ? NULL : PG_GETARG_TEXT_PP(4);
 	TupleDesc	tupdesc;
-	TimestampTz t;
 	Datum		lock_args[2];
-	Datum		grant_args[7];
-	bool		isnull;
+	Datum		grant_args[10];
 	Datum		result = (Datum) 0;
-	bool		granted = false;
+	MemoryContext cxt;
+	ResourceOwner owner = CurrentResourceOwner;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -178,81 +243,86 @@ simba_semaphore_acquire_1_3(PG_FUNCTION_ARGS)
 
 	lock_args[0] = PointerGetDatum(key);
 	lock_args[1] = Int32GetDatum(permits);
+	grant_args[0] = PointerGetDatum(key);
+	grant_args[2] = PointerGetDatum(holder);
+	grant_args[3] = PointerGetDatum(context);
+	grant_args[6] = caller.role;
+	grant_args[7] = caller.roleid;
+	grant_args[8] = caller.sysid;
 
 	SPI_connect();
-	/* Lock the key row, creating it on first use (a concurrent creator wins). */
-	while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
-		simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);
-
-	/* Time and count after the lock: every earlier grant is visible now. */
-	t = GetCurrentTimestamp();
-	simba_execute(fcinfo, &slots_count, (Datum[]) {PointerGetDatum(key), TimestampTzGetDatum(t)}, NULL, 1);
-	if (column_int64(1, &isnull) < permits)
+	cxt = CurrentMemoryContext;
+	/* A subtransaction, so that a grant of nothing leaves no lock behind. */
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
 	{
-		/* Take over the lowest expired slot, or open the next one. */
-		int64		slot = column_int64(2, &isnull);
-		SimbaPlan  *grant = &slot_take_over;
-
-		if (isnull)
-		{
-			slot = column_int64(3, &isnull);
-			grant = &slot_insert;
-		}
-		grant_args[0] = PointerGetDatum(key);
-		grant_args[1] = Int32GetDatum((int32) slot);
-		grant_args[2] = PointerGetDatum(holder);
-		grant_args[3] = PointerGetDatum(context);
-		grant_args[4] = TimestampTzGetDatum(t);
-		grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
-		grant_args[6] = simba_caller_role();
-		granted = simba_execute(fcinfo, grant, grant_args, context ? NULL : "   n   ", 1) == 1;
-		if (granted)
-			result = PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
+		/* Lock the key row, creating it on first use (a concurrent creator wins). */
+		while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
+			simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);
+		result = grant(fcinfo, tupdesc, grant_args, permits, ttl, context != NULL);
+		if (result != (Datum) 0)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
 	SPI_finish();
-	if (!granted)
+	if (result == (Datum) 0)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);
 }
 
 Datum
-simba_semaphore_refresh_1_3(PG_FUNCTION_ARGS)
+simba_semaphore_refresh_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
 	int64		ttl = simba_duration_arg(fcinfo, 2, "ttl", false);
-	Datum		role = simba_caller_role();
+	Datum		args[8];
 	TimestampTz t;
 	bool		refreshed = false;
 
 	simba_check_lease(ttl, 0);
+	caller_args(args, key, token, &caller);
 	SPI_connect();
-	/* No key lock for a token that holds nothing: it must not stall grants. */
-	if (simba_execute(fcinfo, &permit_live,
-					  (Datum[]) {PointerGetDatum(key), token,
-		TimestampTzGetDatum(GetCurrentTimestamp()), role}, NULL, 1) == 1)
+	/* The clock after the row lock: a grant that took the slot first has changed the token. */
+	if (simba_execute(fcinfo, &permit_lock, args, NULL, 1) == 1)
 	{
-		simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
-		t = GetCurrentTimestamp();
-		refreshed = simba_execute(fcinfo, &permit_refresh,
-								  (Datum[]) {PointerGetDatum(key), token, TimestampTzGetDatum(t),
-			TimestampTzGetDatum(simba_add_usec(t, ttl)), role}, NULL, 1) == 1;
+		t = simba_now(fcinfo);
+		args[5] = TimestampTzGetDatum(t);
+		args[6] = TimestampTzGetDatum(simba_add_usec(t, ttl));
+		args[7] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
+		refreshed = simba_execute(fcinfo, &permit_refresh, args, NULL, 1) == 1;
 	}
 	SPI_finish();
 	PG_RETURN_BOOL(refreshed);
 }
 
 Datum
-simba_semaphore_release_1_3(PG_FUNCTION_ARGS)
+simba_semaphore_release_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
+	Datum		args[7];
 	bool		released;
 
+	caller_args(args, key, token, &caller);
+	args[5] = TimestampTzGetDatum(simba_now(fcinfo));
+	args[6] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
 	SPI_connect();
-	released = simba_execute(fcinfo, &permit_release,
-							 (Datum[]) {PointerGetDatum(key), token,
-		TimestampTzGetDatum(GetCurrentTimestamp()), simba_caller_role()}, NULL, 1) == 1;
+	released = simba_execute(fcinfo, &permit_release, args, NULL, 1) == 1;
 	SPI_finish();
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
 	if (released)
@@ -261,12 +331,14 @@ simba_semaphore_release_1_3(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_semaphore_fence_check_1_3(PG_FUNCTION_ARGS)
+simba_semaphore_fence_check_1_4(PG_FUNCTION_ARGS)
 {
+	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *key = simba_name_arg(fcinfo, 0, "key");
 	Datum		token = uuid_arg(fcinfo, 1);
 	int64		fence = simba_int64_arg(fcinfo, 2, "fence");
 	char	   *key_name = text_to_cstring(key);
+	Datum		args[6];
 	bool		found;
 	int64		current_fence = 0;
 	TimestampTz expires_at = 0;
@@ -278,12 +350,12 @@ simba_semaphore_fence_check_1_3(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fence must be positive")));
 
+	caller_args(args, key, token, &caller);
+	args[5] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
 	SPI_connect();
-	/* Blocks new grants of the key until the caller's transaction ends. */
-	simba_execute(fcinfo, &key_lock_share, (Datum[]) {PointerGetDatum(key)}, NULL, 1);
-	t = GetCurrentTimestamp();
-	found = simba_execute(fcinfo, &permit_read,
-						  (Datum[]) {PointerGetDatum(key), token, simba_caller_role()}, NULL, 1) == 1;
+	/* Locks the permit's row: its slot is not granted again until the caller's transaction ends. */
+	found = simba_execute(fcinfo, &permit_read, args, NULL, 1) == 1;
+	t = simba_now(fcinfo);
 	if (found)
 	{
 		current_fence = column_int64(1, &isnull);
@@ -311,13 +383,14 @@ simba_semaphore_fence_check_1_3(PG_FUNCTION_ARGS)
 }
 
 Datum
-simba_semaphore_gc(PG_FUNCTION_ARGS)
+simba_semaphore_gc_1_4(PG_FUNCTION_ARGS)
 {
 	uint64		nkeys;
 	uint64		i;
 	int64		removed = 0;
 	SPITupleTable *keys;
 
+	simba_enter(fcinfo, true);
 	SPI_connect();
 	nkeys = simba_execute(fcinfo, &gc_keys, NULL, NULL, 0);
 	keys = SPI_tuptable;
@@ -329,8 +402,8 @@ simba_semaphore_gc(PG_FUNCTION_ARGS)
 		/* Skip keys being granted right now; check liveness after the lock. */
 		if (simba_execute(fcinfo, &gc_lock, &key, NULL, 1) == 1)
 			removed += simba_execute(fcinfo, &gc_delete,
-									 (Datum[]) {key, TimestampTzGetDatum(GetCurrentTimestamp())},
-									 NULL, 1);
+									 (Datum[]) {key, TimestampTzGetDatum(simba_now(fcinfo)),
+				TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1);
 	}
 	SPI_finish();
 	PG_RETURN_INT64(removed);

@@ -2,6 +2,11 @@
  * simba.c — module entry, settings, argument checks and the plan runner
  * shared by every SQL function of the extension.
  *
+ * Privileges: the SQL functions are SECURITY INVOKER, so a lease belongs to
+ * the role whose privileges the call runs with (simba_enter reads it), and
+ * each statement runs as the function's owner (simba_execute switches), as
+ * SECURITY DEFINER would have done for the whole call.
+ *
  * Plans: each statement is prepared with SPI on first use in a backend and
  * kept (SPI_keepplan). It names tables without a schema and runs under a
  * search path made of schema OIDs, so when PostgreSQL replans it (after any
@@ -12,28 +17,104 @@
 #include "simba.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace_d.h"
+#include "catalog/pg_proc.h"
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
 /* simba.max_lease, in seconds: the longest ttl + transition, or permit ttl. */
-static int	simba_max_lease = 7 * 24 * 3600;
+int			simba_max_lease = 7 * 24 * 3600;
+/* simba.drop_live_leases: let DROP EXTENSION go ahead over live leases. */
+bool		simba_drop_live_leases = false;
 
 SimbaPlan  *simba_running_plan = NULL;
+
+/*
+ * The superuser settings whose value a connection's own startup options
+ * replaced (see guard_placeholder), or NULL: simba then refuses to run.
+ */
+static const char *simba_overridden_setting = NULL;
+
+/* Whether this transaction took, kept or checked a lease or permit. */
+static bool simba_in_xact = false;
+
+/*
+ * Before the library loads, "simba.x" is a placeholder that any connection
+ * may set, and a startup option (PGOPTIONS="-c simba.max_lease=1") replaces
+ * the value postgresql.conf or ALTER DATABASE gave it. Defining the setting
+ * then rejects the connection's value (the setting is superuser-only) and
+ * falls back to the compiled default, not to the DBA's value, which is
+ * lost. So: a placeholder whose reset value came from a source that the
+ * definition did not accept means this connection cannot know the DBA's
+ * value, and simba refuses to run in it (docs/design.md, "Extension").
+ */
+static GucSource
+placeholder_reset_source(const char *name)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i]->reset_source;
+	return PGC_S_DEFAULT;
+}
+
+static void
+guard_placeholder(const char *name, GucSource before)
+{
+	if (before != PGC_S_DEFAULT && placeholder_reset_source(name) != before)
+		simba_overridden_setting = name;
+}
+
+/* PREPARE TRANSACTION would keep simba's row locks past any lease, across restarts. */
+static void
+simba_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (simba_in_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that used simba locks or permits"),
+						 errdetail("A prepared transaction keeps its row locks until it is committed or "
+								   "rolled back, even across restarts: it would hold a mutex or permit "
+								   "past its lease.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			simba_in_xact = false;
+			break;
+		default:
+			break;
+	}
+}
 
 void
 _PG_init(void)
 {
+	GucSource	history_before = placeholder_reset_source("simba.history");
+	GucSource	max_lease_before = placeholder_reset_source("simba.max_lease");
+	GucSource	drop_before = placeholder_reset_source("simba.drop_live_leases");
+
 	DefineCustomBoolVariable("simba.history",
 							 "Logs changes of hands of simba mutexes to simba_mutex_history.",
 							 "Off by default: each change of hands then costs one insert.",
@@ -51,7 +132,57 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("simba.drop_live_leases",
+							 "Lets DROP EXTENSION simba go ahead while leases or permits are live.",
+							 "Off by default: a re-created extension starts fences again at 1.",
+							 &simba_drop_live_leases,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
+	guard_placeholder("simba.history", history_before);
+	guard_placeholder("simba.max_lease", max_lease_before);
+	guard_placeholder("simba.drop_live_leases", drop_before);
+	RegisterXactCallback(simba_xact_callback, NULL);
+}
+
+SimbaCaller
+simba_enter(FunctionCallInfo fcinfo, bool writes)
+{
+	SimbaCaller caller;
+	Oid			role = GetUserId();
+	Name		name = (Name) palloc(NAMEDATALEN);
+
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot call %s() inside a security-restricted operation",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
+						   "and index expressions run other roles' code: a lease taken there would not "
+						   "be the caller's.")));
+	if (simba_overridden_setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
+				 errdetail("The connection's startup options replaced the value the database administrator set, "
+						   "so simba cannot know it and refuses to run."),
+				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
+						 "shared_preload_libraries.", simba_overridden_setting)));
+	if (writes)
+	{
+		const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
+
+		PreventCommandDuringRecovery(fn);
+		PreventCommandIfReadOnly(fn);
+		simba_in_xact = true;
+	}
+	namestrcpy(name, GetUserNameFromId(role, false));
+	caller.role = NameGetDatum(name);
+	caller.roleid = ObjectIdGetDatum(role);
+	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
+	return caller;
 }
 
 static SPIPlanPtr
@@ -67,20 +198,58 @@ simba_prepare(SimbaPlan *p)
 	return plan;
 }
 
+/* The schema and owner of the calling SQL function, looked up once per call site. */
+typedef struct SimbaFunction
+{
+	Oid			schema;
+	Oid			owner;
+} SimbaFunction;
+
+static SimbaFunction *
+calling_function(FunctionCallInfo fcinfo)
+{
+	SimbaFunction *f = (SimbaFunction *) fcinfo->flinfo->fn_extra;
+
+	if (f == NULL)
+	{
+		HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+
+		if (!HeapTupleIsValid(tuple))
+			elog(ERROR, "simba: cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+		f = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(SimbaFunction));
+		f->schema = ((Form_pg_proc) GETSTRUCT(tuple))->pronamespace;
+		f->owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
+		ReleaseSysCache(tuple);
+		fcinfo->flinfo->fn_extra = f;
+	}
+	return f;
+}
+
+Oid
+simba_schema(FunctionCallInfo fcinfo)
+{
+	return calling_function(fcinfo)->schema;
+}
+
 uint64
 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *nulls, int tcount)
 {
 	OverrideSearchPath path = {0};
 	SimbaPlan  *outer = simba_running_plan;
+	SimbaFunction *f = calling_function(fcinfo);
+	Oid			save_user;
+	int			save_sec;
 	volatile int rc = 0;
 
 	/*
 	 * pg_catalog first, so no function or operator in the extension's schema
 	 * (which its owner may write to) shadows a built-in one; no pg_temp.
 	 */
-	path.schemas = list_make2_oid(PG_CATALOG_NAMESPACE,
-								  get_func_namespace(fcinfo->flinfo->fn_oid));
+	path.schemas = list_make2_oid(PG_CATALOG_NAMESPACE, f->schema);
 	PushOverrideSearchPath(&path);
+	/* The tables are the owner's: the statement runs as the owner, as SECURITY DEFINER would. */
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(f->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	simba_running_plan = p;
 	PG_TRY();
 	{
@@ -95,6 +264,7 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	PG_FINALLY();
 	{
 		simba_running_plan = outer;
+		SetUserIdAndSecContext(save_user, save_sec);
 		PopOverrideSearchPath();
 	}
 	PG_END_TRY();
@@ -102,15 +272,6 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	if (rc < 0)
 		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
-}
-
-Datum
-simba_caller_role(void)
-{
-	Name		role = (Name) palloc(NAMEDATALEN);
-
-	namestrcpy(role, GetUserNameFromId(GetOuterUserId(), false));
-	return NameGetDatum(role);
 }
 
 void

@@ -30,27 +30,92 @@ typedef struct SimbaPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[9];
+	Oid			argtypes[10];
 	SPIPlanPtr	plan;			/* NULL until first use */
 } SimbaPlan;
 
 /*
  * Run a plan (inside SPI_connect) and return SPI_processed; nulls as SPI's.
- * Under REPEATABLE READ and SERIALIZABLE the statement reads the latest
- * committed data, not the transaction's snapshot: simba decides on fresh
- * data, and a write that races another raises 40001.
+ * The statement runs as the owner of the calling SQL function (simba's
+ * functions are not SECURITY DEFINER: see SimbaCaller). Under REPEATABLE
+ * READ and SERIALIZABLE it reads the latest committed data, not the
+ * transaction's snapshot: simba decides on fresh data, and a write that
+ * races another raises 40001.
  */
 extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 							Datum *values, const char *nulls, int tcount);
+
+/* The schema of the calling SQL function: simba's. */
+extern Oid	simba_schema(FunctionCallInfo fcinfo);
 
 /* The plan simba_execute is running now (the history trigger reads it). */
 extern SimbaPlan *simba_running_plan;
 
 /*
- * The role a lease or permit is bound to: the caller's role outside simba's
- * SECURITY DEFINER functions, as a name Datum.
+ * Who a lease or permit belongs to: the role whose privileges the call runs
+ * with (GetUserId() on entry, so a SECURITY DEFINER wrapper's owner), by OID
+ * within this cluster and by name across clusters (a restore elsewhere), and
+ * the name for display (docs/design.md, "Extension").
  */
-extern Datum simba_caller_role(void);
+typedef struct SimbaCaller
+{
+	Datum		role;			/* name */
+	Datum		roleid;			/* oid */
+	Datum		sysid;			/* int8: the cluster whose role OIDs these are */
+} SimbaCaller;
+
+/*
+ * The entry check of every function that takes, keeps or checks a lease or
+ * permit: refuses inside a security-restricted operation (42501), when this
+ * connection overrode a superuser setting (42501), and, for a function that
+ * locks or writes, in a read-only transaction or on a standby (25006). Marks
+ * the transaction so that PREPARE TRANSACTION refuses it.
+ */
+extern SimbaCaller simba_enter(FunctionCallInfo fcinfo, bool writes);
+
+/*
+ * The same holder, in SQL: the rows' role columns against the caller's
+ * parameters. A row whose sysid is another cluster's (restored there) is
+ * matched by role name; a NULL role (taken before 1.3) matches nobody.
+ */
+#define SIMBA_SAME_ROLE(role_col, roleid_col, sysid_col, role, roleid, sysid) \
+	"(CASE WHEN " sysid_col " = " sysid " THEN " roleid_col " = " roleid \
+	" ELSE " role_col " = " role " END)"
+
+/*
+ * simba's clock (clock.c, docs/design.md "Clock"): the wall clock at an
+ * origin instant advanced by the boot clock since, so a step of the wall
+ * clock never moves a lease. The origin is fixed per install of the
+ * extension, host boot and timeline; rows record the origin they were written under
+ * (clock_origin). A row written under another origin counts from this
+ * origin for its full length. On a standby, simba_now is the wall clock and
+ * simba_clock_origin is 0 (no origin: rows are judged by their times).
+ */
+extern TimestampTz simba_now(FunctionCallInfo fcinfo);
+extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
+
+/* The null flag of an origin passed as a plan's parameter (none on a standby). */
+#define SIMBA_ORIGIN_NULL(origin) ((origin) == 0 ? 'n' : ' ')
+
+/*
+ * In SQL: whether a row's clock_origin is another clock's than the
+ * parameter `origin` (never on a standby, where the parameter is NULL), and
+ * the row's end of lease `col` (from `since`, the last renewal) as this
+ * clock counts it. Lengths go through make_interval: a difference of
+ * timestamps may hold days, which timestamptz + interval adds in the
+ * session's time zone.
+ */
+#define SIMBA_FOREIGN(clock_col, origin) \
+	"(" clock_col " IS DISTINCT FROM " origin " AND " origin " IS NOT NULL)"
+#define SIMBA_LEASE_END(col, since, clock_col, origin) \
+	"(CASE WHEN " SIMBA_FOREIGN(clock_col, origin) \
+	" THEN " origin " + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', " col " - " since "))" \
+	" ELSE " col " END)"
+/* Whether simba_mutex row m or simba_semaphore_permit row p holds a lease at t. */
+#define SIMBA_MUTEX_END(origin) SIMBA_LEASE_END("m.transition_at", "m.acquired_at", "m.clock_origin", origin)
+#define SIMBA_MUTEX_LIVE(t, origin) "(m.owner_id IS NOT NULL AND " SIMBA_MUTEX_END(origin) " > " t ")"
+#define SIMBA_PERMIT_END(origin) SIMBA_LEASE_END("p.expires_at", "p.renewed_at", "p.clock_origin", origin)
+#define SIMBA_PERMIT_LIVE(t, origin) "(" SIMBA_PERMIT_END(origin) " > " t ")"
 
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
 extern void simba_check_chars(text *t, const char *what, int max_chars);
@@ -61,11 +126,13 @@ extern int64 simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *wha
 /* Raises 22023 when a lease of ttl + transition is longer than simba.max_lease. */
 extern void simba_check_lease(int64 ttl, int64 transition);
 
-/* The setting simba.history: log changes of hands (history.c). */
+/* The settings (simba.c): simba.history logs changes of hands (history.c). */
 extern bool simba_history;
+extern int	simba_max_lease;
+extern bool simba_drop_live_leases;
 /* Inside SPI: log a release that found its lease over, once per tenure. */
 extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender,
-								   Datum role, TimestampTz t);
+								   const SimbaCaller *caller, TimestampTz t);
 
 /* t + usec, raising 22008 when the result leaves the timestamp range. */
 extern TimestampTz simba_add_usec(TimestampTz t, int64 usec);

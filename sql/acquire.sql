@@ -2,6 +2,7 @@
 -- (times are shown as durations: absolute server times differ per run)
 -- a fresh install: fences below count from 1, whatever tests ran before
 SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;

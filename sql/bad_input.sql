@@ -1,6 +1,7 @@
 -- bad input: a clear error with its SQLSTATE, and no row changes
 -- a fresh install: fences below count from 1, whatever tests ran before
 SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;

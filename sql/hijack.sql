@@ -3,6 +3,7 @@
 -- that would make anyone running them superuser: simba's statements, cached
 -- or not, keep reaching simba's own objects, and nobody is promoted
 SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;

@@ -2,6 +2,7 @@
 -- that reads the holder's contender id (or steals a token) is a different
 -- contender; and no lease is longer than simba.max_lease
 SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;

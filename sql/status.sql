@@ -1,6 +1,7 @@
 -- simba_mutex_status: every mutex with its state now
 -- a fresh install: fences below count from 1, whatever tests ran before
 SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;

@@ -1,4 +1,4 @@
--- simba 1.3: leased mutexes with fencing tokens, counting semaphores with
+-- simba 1.4: leased mutexes with fencing tokens, counting semaphores with
 -- leased permits, ownership history (install script; the upgrade scripts
 -- simba--A--B.sql take older installs to the same objects, which
 -- sql/upgrade.sql checks).
@@ -8,7 +8,8 @@
 -- counters: version (+1 on every change) and fence (a new value of
 -- simba_mutex_fence whenever the mutex changes hands, kept on renewal).
 -- Every state change is one call into C that runs a saved plan; times come
--- from the server clock at the call, never from the client.
+-- from simba's clock at the call (the server's wall clock, kept from steps
+-- by its boot clock: clock_origin), never from the client.
 --
 -- Locking: acquire/renew/release update the row (row lock for the update
 -- only); simba_fence_check takes the row FOR SHARE in the caller's own
@@ -16,9 +17,12 @@
 --
 -- Privileges: nothing is granted to PUBLIC. Any role that may take a lock can
 -- stall every process waiting on it, so a DBA grants that on purpose with
--- simba_grant(role). The write functions are SECURITY DEFINER with a pinned
--- search_path and reach their tables by the schema's OID; the tables are
--- written only through them. SECURITY.md has the threat model.
+-- simba_grant(role). The functions run as the caller (a lease is the
+-- caller's), with a pinned search_path, and their statements run as the
+-- function's owner, reaching the tables by the schema's OID; the tables are
+-- written only through them. enable_seqscan is off inside them: their plans
+-- are kept, and one chosen while a table was tiny must not scan it whole
+-- once it has grown. SECURITY.md has the threat model.
 
 \echo Use "CREATE EXTENSION simba" to load this file. \quit
 
@@ -30,10 +34,13 @@ CREATE TABLE @extschema@.simba_mutex (
     transition_at timestamptz,
     version       bigint      NOT NULL DEFAULT 0,
     fence         bigint      NOT NULL DEFAULT 0,
-    owner_role    name
+    owner_role    name,
+    owner_roleid  oid,
+    owner_sysid   bigint,
+    clock_origin  timestamptz
 ) WITH (fillfactor = 50);  -- room for HOT updates: every renewal rewrites the row
 COMMENT ON TABLE @extschema@.simba_mutex IS
-  'simba: one row per mutex; owner_id NULL = free. Written only by the simba_* functions. Rows are never deleted by simba, so fences are never reused.';
+  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin. Written only by the simba_* functions; simba_mutex_gc removes rows of free mutexes (fences come from a sequence, never reused).';
 
 CREATE SEQUENCE @extschema@.simba_mutex_fence;
 COMMENT ON SEQUENCE @extschema@.simba_mutex_fence IS
@@ -63,51 +70,72 @@ CREATE FUNCTION @extschema@.simba_acquire(
     ttl          interval DEFAULT '10 seconds',
     transition   interval DEFAULT '6 seconds')
 RETURNS @extschema@.simba_owner
-AS 'MODULE_PATHNAME', 'simba_acquire_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_acquire_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval) IS
   'simba: acquire the mutex when free or past transition_at, renew it when already owner; returns the owner after the attempt';
 
 CREATE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'simba_release_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_release_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_release(text, text) IS
   'simba: release the mutex if the caller holds it (true), NOTIFY simba with the mutex name; false and no change otherwise';
 
 CREATE FUNCTION @extschema@.simba_owner(mutex text)
 RETURNS @extschema@.simba_owner
-AS 'MODULE_PATHNAME', 'simba_owner_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_owner_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_owner(text) IS
   'simba: the current owner, no change; owner_id NULL when free, expired or unknown';
 
 CREATE FUNCTION @extschema@.simba_fence_check(mutex text, contender_id text, fence bigint)
 RETURNS void
-AS 'MODULE_PATHNAME', 'simba_fence_check_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_fence_check_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_fence_check(text, text, bigint) IS
   'simba: error (SB001 not owner, SB002 stale fence, SB003 lease expired) unless the caller holds the mutex with this fence; locks the row FOR SHARE until the calling transaction ends';
 
-CREATE VIEW @extschema@.simba_mutex_status AS
+-- simba's clock: what the functions and the views count leases with.
+CREATE FUNCTION @extschema@.simba_clock(OUT now timestamptz, OUT origin timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'simba_clock'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_clock() IS
+  'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
+
+-- A lease written under another clock origin (before a reboot, a promotion
+-- or a restore) counts again in full from this origin: shift moves its
+-- times there. A security barrier: a caller's function in WHERE sees only
+-- the rows the view shows.
+CREATE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
 SELECT m.mutex,
-       CASE WHEN m.transition_at > c.now THEN m.owner_id END AS owner_id,
-       CASE WHEN m.owner_id IS NULL OR NOT m.transition_at > c.now THEN 'free'
-            WHEN m.ttl_at > c.now THEN 'held'
+       CASE WHEN l.live THEN m.owner_id END AS owner_id,
+       CASE WHEN NOT l.live THEN 'free'
+            WHEN m.ttl_at + s.shift > c.now THEN 'held'
             ELSE 'transition' END AS state,
-       m.acquired_at,
-       m.ttl_at,
-       m.transition_at,
-       CASE WHEN m.transition_at > c.now THEN m.transition_at - c.now END AS time_left,
+       m.acquired_at + s.shift AS acquired_at,
+       m.ttl_at + s.shift AS ttl_at,
+       m.transition_at + s.shift AS transition_at,
+       CASE WHEN l.live THEN m.transition_at + s.shift - c.now END AS time_left,
        m.fence,
        m.version,
-       CASE WHEN m.transition_at > c.now THEN m.owner_role END AS owner_role
+       CASE WHEN l.live THEN m.owner_role END AS owner_role
   FROM @extschema@.simba_mutex m
- CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c;
+ CROSS JOIN @extschema@.simba_clock() c
+ CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - m.acquired_at))
+                                 ELSE interval '0' END AS shift) s
+ CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND m.transition_at + s.shift > c.now AS live) l;
 
 COMMENT ON VIEW @extschema@.simba_mutex_status IS
   'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it';
@@ -134,6 +162,10 @@ CREATE TABLE @extschema@.simba_semaphore_permit (
     acquired_at timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
     holder_role name,
+    holder_roleid oid,
+    holder_sysid  bigint,
+    renewed_at    timestamptz NOT NULL,
+    clock_origin  timestamptz,
     PRIMARY KEY (key, slot)
 ) WITH (fillfactor = 70);  -- refreshes rewrite the row: leave room for HOT updates
 COMMENT ON TABLE @extschema@.simba_semaphore_permit IS
@@ -160,51 +192,59 @@ CREATE FUNCTION @extschema@.simba_semaphore_acquire(
     ttl     interval DEFAULT '10 seconds',
     context text DEFAULT NULL)
 RETURNS @extschema@.simba_permit
-AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text) IS
   'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call';
 
 CREATE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
   'simba: extend a live permit to now + ttl; false once it expired or was taken over';
 
 CREATE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_release(text, uuid) IS
   'simba: give a live permit back and NOTIFY simba with the key; false for an expired, taken-over or unknown token';
 
 CREATE FUNCTION @extschema@.simba_semaphore_fence_check(key text, token uuid, fence bigint)
 RETURNS void
-AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_fence_check(text, uuid, bigint) IS
-  'simba: error (SB001 not holder, SB002 stale fence, SB003 expired) unless the token holds a live permit with this fence; blocks new grants of the key until the calling transaction ends';
+  'simba: error (SB001 not holder, SB002 stale fence, SB003 expired) unless the token holds a live permit with this fence; its slot is not granted again until the calling transaction ends';
 
 CREATE FUNCTION @extschema@.simba_semaphore_gc()
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'simba_semaphore_gc'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_semaphore_gc_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_gc() IS
   'simba: remove the rows of keys that have no live permit; returns how many keys it removed';
 
-CREATE VIEW @extschema@.simba_semaphore_status AS
-SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, p.expires_at,
-       p.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role
+CREATE VIEW @extschema@.simba_semaphore_status WITH (security_barrier) AS
+SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, l.expires_at,
+       l.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role
   FROM @extschema@.simba_semaphore_permit p
   JOIN @extschema@.simba_semaphore s USING (key)
- CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
- WHERE p.expires_at > c.now;
+ CROSS JOIN @extschema@.simba_clock() c
+ CROSS JOIN LATERAL (SELECT CASE WHEN p.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN c.origin + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', p.expires_at - p.renewed_at))
+                                 ELSE p.expires_at END AS expires_at) l
+ WHERE l.expires_at > c.now;
 
 COMMENT ON VIEW @extschema@.simba_semaphore_status IS
   'simba: every live permit now, with the limit of its key (permits)';
@@ -279,26 +319,51 @@ COMMENT ON VIEW @extschema@.simba_mutex_stats IS
 CREATE FUNCTION @extschema@.simba_history_prune(keep interval)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_history_prune'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_history_prune(interval) IS
   'simba: delete history older than now - keep; returns how many rows it deleted';
 
 CREATE FUNCTION @extschema@.simba_force_release(mutex text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'simba_force_release_1_3'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+AS 'MODULE_PATHNAME', 'simba_force_release_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_force_release(text) IS
   'simba: admin only — free the mutex whoever holds it (the next holder gets the next fence) and NOTIFY simba; false if it was free';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history_id_seq', '');
 
+CREATE FUNCTION @extschema@.simba_mutex_gc()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_mutex_gc'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
+  'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
+
+-- DROP EXTENSION refuses while leases or permits are live (drop_guard.c).
+CREATE FUNCTION @extschema@.simba_drop_guard()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'simba_drop_guard'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_drop_guard() IS
+  'simba: refuse DROP EXTENSION simba (or DROP SCHEMA CASCADE of its schema) while leases or permits are live, unless simba.drop_live_leases is on';
+CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
+  WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA')
+  EXECUTE FUNCTION @extschema@.simba_drop_guard();
+COMMENT ON EVENT TRIGGER simba_drop_guard IS
+  'simba: refuse to drop simba while leases or permits are live (a re-created extension starts fences at 1)';
+
 -- Granting on purpose (see the header): one call per application role.
 CREATE FUNCTION @extschema@.simba_grant(role regrole)
 RETURNS void
-AS 'MODULE_PATHNAME', 'simba_grant_1_3'
+AS 'MODULE_PATHNAME', 'simba_grant_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_grant(regrole) IS
@@ -306,7 +371,7 @@ COMMENT ON FUNCTION @extschema@.simba_grant(regrole) IS
 
 CREATE FUNCTION @extschema@.simba_revoke(role regrole)
 RETURNS void
-AS 'MODULE_PATHNAME', 'simba_revoke_1_3'
+AS 'MODULE_PATHNAME', 'simba_revoke_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_revoke(regrole) IS

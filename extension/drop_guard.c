@@ -1,0 +1,87 @@
+/*
+ * drop_guard.c — DROP EXTENSION simba (or DROP SCHEMA ... CASCADE of its
+ * schema) refuses while a lease or permit is live.
+ *
+ * A re-created extension starts its fence sequences again at 1, so it could
+ * hand a (mutex, contender, role, fence) that a live holder of the dropped
+ * install still uses to someone else, and that holder's fence check would
+ * pass. The event trigger simba_drop_guard runs at ddl_command_start, while
+ * simba's tables still exist, and counts live leases on simba's clock. The
+ * way out (docs/design.md, "Extension"; README): release or force-release
+ * them, or a superuser sets simba.drop_live_leases = on.
+ */
+#include "simba.h"
+
+#include "catalog/pg_type.h"
+#include "commands/event_trigger.h"
+#include "nodes/parsenodes.h"
+#include "utils/lsyscache.h"
+
+PG_FUNCTION_INFO_V1(simba_drop_guard);
+
+/* $1 t, $2 origin */
+static SimbaPlan live_leases = {
+	"SELECT (SELECT pg_catalog.count(*) FROM simba_mutex AS m WHERE " SIMBA_MUTEX_LIVE("$1", "$2") "),"
+	"       (SELECT pg_catalog.count(*) FROM simba_semaphore_permit AS p WHERE " SIMBA_PERMIT_LIVE("$1", "$2") ")",
+	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static bool
+names(List *objects, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, objects)
+		if (IsA(lfirst(lc), String) && strcmp(strVal(lfirst(lc)), name) == 0)
+			return true;
+	return false;
+}
+
+/* Whether the statement drops simba: the extension, or its schema with CASCADE. */
+static bool
+drops_simba(Node *parsetree, Oid schema)
+{
+	DropStmt   *drop;
+
+	if (!IsA(parsetree, DropStmt))
+		return false;
+	drop = (DropStmt *) parsetree;
+	if (drop->removeType == OBJECT_EXTENSION)
+		return names(drop->objects, "simba");
+	return drop->removeType == OBJECT_SCHEMA && drop->behavior == DROP_CASCADE &&
+		names(drop->objects, get_namespace_name(schema));
+}
+
+Datum
+simba_drop_guard(PG_FUNCTION_ARGS)
+{
+	EventTriggerData *trigger = (EventTriggerData *) fcinfo->context;
+	int64		leases;
+	int64		permits;
+	bool		isnull;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		elog(ERROR, "simba_drop_guard: not called as an event trigger");
+	if (simba_drop_live_leases ||
+		!drops_simba(trigger->parsetree, get_func_namespace(fcinfo->flinfo->fn_oid)))
+		PG_RETURN_VOID();
+
+	SPI_connect();
+	simba_execute(fcinfo, &live_leases,
+				  (Datum[]) {TimestampTzGetDatum(simba_now(fcinfo)), TimestampTzGetDatum(simba_clock_origin(fcinfo))},
+				  (char[]) {' ', SIMBA_ORIGIN_NULL(simba_clock_origin(fcinfo))}, 1);
+	leases = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	permits = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_finish();
+	if (leases > 0 || permits > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("extension simba has " INT64_FORMAT " live leases and " INT64_FORMAT " live permits",
+						leases, permits),
+				 errdetail("A re-created extension starts fences again at 1: a holder of the dropped "
+						   "install could pass a fence check of the new one."),
+				 errhint("Stop the holders, or force-release their mutexes and let permits expire "
+						 "(SELECT simba_force_release(mutex) FROM simba_mutex_status WHERE owner_id IS NOT NULL); "
+						 "or, as a superuser, SET simba.drop_live_leases = on to drop them anyway.")));
+	PG_RETURN_VOID();
+}
