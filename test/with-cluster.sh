@@ -15,6 +15,13 @@
 # PGHOST stays the unix socket directory. Off by default.
 # SIMBA_VALGRIND=1 runs the postmaster, and so every backend it forks, under
 # valgrind memcheck (test/valgrind/run.sh); logs go to $SIMBA_VALGRIND_LOGS.
+# SIMBA_PG_PRELOAD=/path/lib.so starts the server with LD_PRELOAD=that library
+# and SIMBA_CLOCK_OFFSET_FILE passed through (test/clock: a shim that steps the
+# server's wall clock). SIMBA_PG_BIN then names a directory of links to the
+# server's programs whose pg_ctl is a wrapper setting the same two variables,
+# so a test's pg_ctl start / restart keeps the library (pg_ctl itself runs
+# under it too: it compares its clock with the postmaster's start time).
+# COMMAND's own environment is left as it was. Off by default.
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 
@@ -73,14 +80,24 @@ WRAP
   chmod 755 "$dir/postgres-valgrind"
   start_opts=(-t 300 -p "$dir/postgres-valgrind")
 fi
-if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w "${start_opts[@]}" start >/dev/null; then
+pg_bin=$bin
+if [ -n "${SIMBA_PG_PRELOAD:-}" ]; then
+  pg_bin=$dir/bin
+  mkdir "$pg_bin"
+  ln -s "$bin"/* "$pg_bin/"
+  rm "$pg_bin/pg_ctl"
+  printf '#!/usr/bin/env bash\nLD_PRELOAD=%q SIMBA_CLOCK_OFFSET_FILE=%q exec %q "$@"\n' \
+    "$SIMBA_PG_PRELOAD" "${SIMBA_CLOCK_OFFSET_FILE:-}" "$bin/pg_ctl" >"$pg_bin/pg_ctl"
+  chmod 755 "$pg_bin/pg_ctl"
+fi
+if ! as_pg "$pg_bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w "${start_opts[@]}" start >/dev/null; then
   cat "$dir/server.log" >&2
   exit 1
 fi
 
 export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 if [ -n "$listen" ]; then export SIMBA_PG_TCP_PORT=$port; fi
-export SIMBA_PGDATA=$dir/data SIMBA_PG_BIN=$bin
+export SIMBA_PGDATA=$dir/data SIMBA_PG_BIN=$pg_bin
 set +e
 "$@"
 rc=$?
