@@ -82,6 +82,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         if (o.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
         if (o.listen_ping_interval.count() <= 0)
             throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
+        if (o.notify_min_interval.count() <= 0)
+            throw InvalidArgumentError("notify_min_interval must be positive", "22023");
         return o;
     }
 
