@@ -100,7 +100,8 @@ struct FactoryOptions {
     /// a storm of NOTIFYs costs at most one attempt per interval per service,
     /// and a release heard during one waits at most this long. After an
     /// attempt that saw the mutex change hands the next NOTIFY acts at once
-    /// again. Must be positive.
+    /// again. Semaphore::acquire() retries for a NOTIFY no sooner than this
+    /// after its last try. Must be positive.
     std::chrono::milliseconds notify_min_interval{100};
 };
 
