@@ -6,6 +6,7 @@ namespace simba::pg::detail {
 
 void AttemptQueue::schedule(const ServicePtr& svc, SteadyClock::time_point at, std::size_t live_services) {
     timers_.push(Timer{at, seq_++, svc, ++svc->timer_gen});
+    svc->next_at = at;
     // Each service has one current timer; the rest are cancelled ones
     // waiting to come due. Past twice the live count, drop them all.
     if (timers_.size() > 2 * live_services + 1024) {
@@ -30,10 +31,12 @@ std::vector<ServicePtr> AttemptQueue::due_batch(SteadyClock::time_point now, Ste
         ServicePtr svc = t.live();
         if (!svc) continue;
         auto own = std::min<SteadyClock::duration>(window, svc->options.ttl / 10);
-        if (t.at <= now + own)
+        if (t.at <= now + own) {
+            svc->next_at = SteadyClock::time_point::max();  // taken: the caller attempts now
             out.push_back(std::move(svc));
-        else
+        } else {
             later.push_back(std::move(t));
+        }
     }
     for (auto& t : later) timers_.push(std::move(t));
     return out;

@@ -16,7 +16,8 @@ namespace simba::pg::detail {
 
 class AttemptQueue {
 public:
-    /// `svc` attempts at `at`, instead of at any earlier-set time.
+    /// `svc` attempts at `at`, instead of at any earlier-set time
+    /// (svc->next_at says when; due_batch() sets it to max() again).
     /// `live_services` bounds the cancelled timers kept (compaction).
     void schedule(const ServicePtr& svc, SteadyClock::time_point at, std::size_t live_services);
     /// Pops the attempts due now, plus those due within their batch window

@@ -19,6 +19,7 @@ void Contention::start(const ServicePtr& svc, bool here) {
         svc->wait_since = SteadyClock::now();
     }
     svc->notified_at = {};
+    svc->notify = {};
     svc->unknown = false;
     svc->io_active = true;
     svc->last = MutexOwner::none(svc->mutex);
@@ -33,6 +34,7 @@ void Contention::start(const ServicePtr& svc, bool here) {
 void Contention::stop(const ServicePtr& svc) {
     svc->io_active = false;
     ++svc->timer_gen;  // cancels pending attempts
+    svc->next_at = SteadyClock::time_point::max();
     registry_.remove(svc);
     // Released by id whenever it may hold the lease, including when a
     // grant's reply was lost: contenders then need not wait a lease out.
@@ -79,9 +81,11 @@ void Contention::notified(const std::vector<std::string>& names) {
         if (!services) continue;
         for (auto& s : *services) {
             // Waiters attempt at once. The owner re-checks too: the NOTIFY
-            // may be an admin's simba_force_release of its tenure.
+            // may be an admin's simba_force_release of its tenure. But anyone
+            // may NOTIFY, as often as they like: at most one such attempt
+            // per notify_min_interval (notify_gate.hpp).
             if (!s->last.is_owner(s->id)) s->notified_at = now;
-            schedule(s, now);
+            if (auto at = s->notify.admit(now, s->next_at, options_.notify_min_interval)) schedule(s, *at);
         }
     }
 }
@@ -100,6 +104,7 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
     svc->solo = false;
     MutexOwner o = parse_owner(row, svc->mutex, anchor);
     const MutexOwner prev = std::move(svc->last);
+    if (!prev.same_tenure(o)) svc->notify.news();  // a NOTIFY now is likely a real release too
     svc->last = o;
     svc->unknown = false;
     events_.apply(svc, prev, o);

@@ -34,7 +34,8 @@ public:
     /// those that do not hold the lock with `waiters_only` (once LISTEN is
     /// in place: a release it missed concerns them, an owner renews anyway).
     void attempt_all(SteadyClock::time_point now, bool waiters_only = false);
-    /// Push wake-ups: the services of these mutexes attempt now.
+    /// Push wake-ups: the services of these mutexes attempt now, or one
+    /// notify_min_interval after the last attempt a NOTIFY caused.
     void notified(const std::vector<std::string>& names);
     /// When the next attempt is due.
     SteadyClock::time_point next_due() { return queue_.next_due(); }

@@ -82,6 +82,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         if (o.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
         if (o.listen_ping_interval.count() <= 0)
             throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
+        if (o.notify_min_interval.count() <= 0)
+            throw InvalidArgumentError("notify_min_interval must be positive", "22023");
         return o;
     }
 
@@ -190,6 +192,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     bool wait_notification(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) override {
         return notify_counts.wait_change(name, seen, until);
     }
+    SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
 
     /// A library error for a failed statement, with the server's SQLSTATE.
     static std::exception_ptr as_simba_error(const std::exception& e, bool lost) {

@@ -51,6 +51,9 @@ public:
     /// Returns true if a notification arrived.
     virtual bool wait_notification(const std::string& name, std::uint64_t seen,
                                    SteadyClock::time_point until) = 0;
+    /// Anyone may NOTIFY: no retry for one sooner than this after the last
+    /// try (FactoryOptions::notify_min_interval).
+    [[nodiscard]] virtual SteadyClock::duration notify_min_interval() const = 0;
 };
 
 /// The I/O channel of a PostgreSQL factory (shared: outlives the factory's

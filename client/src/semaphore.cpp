@@ -283,6 +283,7 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
         // Read the NOTIFY count before trying, so a release between the
         // attempt and the wait still wakes us.
         const auto seen = io_->notifications(key);
+        const auto tried = SteadyClock::now();
         try {
             if (auto permit = try_acquire(key, permits, ttl, context)) return std::move(*permit);
         } catch (const ConnectionError&) {
@@ -291,7 +292,10 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
         const auto now = SteadyClock::now();
         if (now >= deadline)
             throw TimeoutError("no permit of key " + key + " within " + std::to_string(timeout.count()) + " ms");
-        io_->wait_notification(key, seen, std::min(deadline, now + options_.poll_interval));
+        // Anyone may NOTIFY, in a loop: a NOTIFY brings the next try
+        // forward, but not to less than notify_min_interval after this one.
+        if (io_->wait_notification(key, seen, std::min(deadline, now + options_.poll_interval)))
+            std::this_thread::sleep_until(std::min(deadline, tried + io_->notify_min_interval()));
     }
 }
 

@@ -12,6 +12,7 @@
 
 #include "lease.hpp"
 #include "metrics_cell.hpp"
+#include "notify_gate.hpp"
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
 #include "simba/service.hpp"
@@ -48,6 +49,8 @@ struct ServiceCore {
     // I/O thread only.
     MutexOwner last;             // last owner seen from the server
     std::uint64_t timer_gen = 0; // the current attempt timer (attempt_queue.hpp)
+    SteadyClock::time_point next_at = SteadyClock::time_point::max();  // when it is due (max(): none pending)
+    NotifyGate notify;           // how soon a NOTIFY may make it attempt (notify_gate.hpp)
     bool io_active = false;
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
     bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases

@@ -27,6 +27,37 @@ int live_count(pqxx::connection& c, const std::string& key) {
     return tx.exec_params1("SELECT count(*) FROM simba_semaphore_status WHERE key = $1", key)[0].as<int>();
 }
 
+/// Counts the grant attempts of one key on the server: each one updates its
+/// key row (the limit), and a trigger counts those updates in a sequence.
+class TryCounter {
+public:
+    TryCounter(pqxx::connection& c, const std::string& key) : db_(c), name_("regress_tries_" + key) {
+        pqxx::nontransaction tx(db_);
+        tx.exec0("CREATE SEQUENCE public." + tx.quote_name(name_));
+        tx.exec0("CREATE FUNCTION public." + tx.quote_name(name_) +
+                 "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.key = " + tx.quote(key) +
+                 " THEN PERFORM pg_catalog.nextval(" + tx.quote("public." + tx.quote_name(name_)) +
+                 "); END IF; RETURN NEW; END $$");
+        tx.exec0("CREATE TRIGGER " + tx.quote_name(name_) + " BEFORE UPDATE ON simba_semaphore FOR EACH ROW" +
+                 " EXECUTE FUNCTION public." + tx.quote_name(name_) + "()");
+    }
+    ~TryCounter() {
+        pqxx::nontransaction tx(db_);
+        tx.exec0("DROP TRIGGER " + tx.quote_name(name_) + " ON simba_semaphore");
+        tx.exec0("DROP FUNCTION public." + tx.quote_name(name_) + "()");
+        tx.exec0("DROP SEQUENCE public." + tx.quote_name(name_));
+    }
+    std::int64_t count() {
+        pqxx::nontransaction tx(db_);
+        return tx.exec1("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM public." + tx.quote_name(name_))[0]
+            .as<std::int64_t>();
+    }
+
+private:
+    pqxx::connection& db_;
+    std::string name_;
+};
+
 }  // namespace
 
 TEST(Semaphore, GrantsUpToPermitsWithIncreasingFences) {
@@ -207,6 +238,47 @@ TEST(Semaphore, AcquireWaitsAndWakesOnRelease) {
     EXPECT_GT(fence, held->fence());
     std::printf("semaphore handoff: %lld us (poll interval 5 s)\n",
                 (long long)std::chrono::duration_cast<std::chrono::microseconds>(latency).count());
+}
+
+TEST(Semaphore, ANotifyStormCostsAWaiterAtMostOneTryPerInterval) {
+    // Any role may NOTIFY simba, '<key>': acquire() tries again for a NOTIFY
+    // at most once per notify_min_interval, and the release still wakes it.
+    auto db = admin();
+    auto stranger = ungranted(*db);
+    simba::pg::ContendServiceFactory factory("", test_options("semstorm"));
+    const auto interval = simba::pg::FactoryOptions{}.notify_min_interval;
+    simba::SemaphoreOptions slow_poll;
+    slow_poll.poll_interval = 5000ms;  // only a NOTIFY can make the waiter try again soon
+    Semaphore holder(factory, "holder");
+    Semaphore waiter(factory, "waiter", slow_poll);
+    const auto key = unique_name("semstorm");
+    TryCounter tries(*db, key);
+    auto held = holder.try_acquire(key, 1, 10s);
+    ASSERT_TRUE(held);
+    ASSERT_TRUE(factory.wait_connected(5s));
+    auto got = std::async(std::launch::async, [&] {
+        auto p = waiter.acquire(key, 1, 10s, 10s);
+        return SteadyClock::now();
+    });
+    ASSERT_TRUE(eventually([&] { return tries.count() >= 2; }, 5s)) << "the waiter's first try";
+    const auto n0 = tries.count();
+    const auto t0 = SteadyClock::now();
+    notify_storm(*stranger, key, 2000);
+    const auto released_at = SteadyClock::now();
+    ASSERT_TRUE(held->release());  // its NOTIFY comes after the storm's
+    ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+    const auto acquired_at = got.get();
+    const auto n1 = tries.count();
+    const auto t1 = SteadyClock::now();
+    const auto bound = (t1 - t0) / interval + 2;
+    std::printf("semaphore storm: %lld tries in %lld ms (bound %lld); release -> acquired %lld us\n",
+                static_cast<long long>(n1 - n0),
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()),
+                static_cast<long long>(bound),
+                static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::microseconds>(acquired_at - released_at).count()));
+    EXPECT_LE(n1 - n0, bound);
+    EXPECT_LT(acquired_at - released_at, interval + 900ms) << "woken by the release, not the 5 s poll";
 }
 
 TEST(Semaphore, AcquireTimesOutWithoutEndingEarly) {

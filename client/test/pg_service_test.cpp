@@ -218,6 +218,138 @@ TEST(Handoff, AnOwnerHearsItsForcedReleaseAtOnce) {
     sa->stop();
 }
 
+// ---------------------------------------------------------- notify storm
+
+TEST(NotifyStorm, EachServiceAttemptsAtMostOncePerIntervalAndReleasesStillWake) {
+    // NOTIFY needs no privilege: a role with no grant can send NOTIFY simba,
+    // '<name>' in a loop. Each service of that name then makes at most one
+    // early attempt per notify_min_interval, and the NOTIFYs that matter
+    // still act long before the lease schedules would: a release wakes the
+    // waiter, a forced release reaches the holder.
+    LogCapture logs;
+    auto db = admin();
+    auto stranger = ungranted(*db);
+    const auto options = test_options("storm");
+    const auto interval = options.notify_min_interval;
+    ASSERT_EQ(interval, simba::pg::FactoryOptions{}.notify_min_interval);  // the default
+    simba::pg::ContendServiceFactory factory("", options);
+    const auto m = unique_name("storm");
+    auto a = std::make_shared<Recorder>(m, "A");
+    auto b = std::make_shared<Recorder>(m, "B");
+    // Long leases: left alone, neither sends anything for about 10 s.
+    auto sa = factory.create(a, lease(10000ms, 5000ms));
+    auto sb = factory.create(b, lease(10000ms, 5000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    sb->start();
+    ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "A"; }, 10s));
+    ASSERT_TRUE(factory.wait_connected(5s));  // LISTEN in place
+    const auto b_poll_at = sb->state().after.transition_deadline() - 200ms;  // earliest jittered poll
+    const auto calls = [&] { return factory.metrics().acquire_calls; };
+    // At most one attempt per interval for each service, the first at once,
+    // plus one for an attempt that joined a batch early (batch_window).
+    const auto bound = [&](int services, SteadyClock::duration elapsed) {
+        return static_cast<std::uint64_t>(services) * (static_cast<std::uint64_t>(elapsed / interval) + 2);
+    };
+
+    // 2,000 NOTIFYs, then A's real release: the LISTEN connection delivers
+    // it after them, so once B holds, every NOTIFY of the storm was heard.
+    const auto c0 = calls();
+    const auto t0 = SteadyClock::now();
+    notify_storm(*stranger, m, 2000);
+    const auto storm_end = SteadyClock::now();
+    const auto released_at = storm_end;
+    sa->stop();
+    ASSERT_TRUE(b->wait([](auto& ev) { return !ev.empty(); }, 10s));
+    const auto c1 = calls();
+    const auto t1 = SteadyClock::now();
+    const auto ev = b->events().front();
+    EXPECT_TRUE(ev.acquired);
+    const auto wake = ev.at - released_at;
+    std::printf("storm: 2000 NOTIFYs in %lld ms; the factory sent %llu simba_acquire calls in %lld ms (bound %llu); "
+                "A's stop() -> B's on_acquired %lld us, B's poll was %lld ms away\n",
+                static_cast<long long>(duration_cast<milliseconds>(storm_end - t0).count()),
+                static_cast<unsigned long long>(c1 - c0),
+                static_cast<long long>(duration_cast<milliseconds>(t1 - t0).count()),
+                static_cast<unsigned long long>(bound(2, t1 - t0)),
+                static_cast<long long>(duration_cast<std::chrono::microseconds>(wake).count()),
+                static_cast<long long>(duration_cast<milliseconds>(b_poll_at - released_at).count()));
+    EXPECT_LE(c1 - c0, bound(2, t1 - t0));
+    EXPECT_LT(wake, interval + 900ms) << "the release's NOTIFY waits at most one interval";
+    EXPECT_LT(ev.at, b_poll_at - 5s) << "woken by the release, well before its poll";
+
+    // B holds. A storm again, and an admin's simba_force_release in the
+    // middle of it: B hears it and takes the free mutex again.
+    const auto fence_b = sb->fence();
+    std::atomic<int> sent{0};
+    const auto c2 = calls();
+    const auto t2 = SteadyClock::now();
+    auto storm = std::async(std::launch::async, [&] { notify_storm(*stranger, m, 2000, &sent); });
+    ASSERT_TRUE(eventually([&] { return sent.load() >= 1000; }, 30s));
+    const auto forced_at = SteadyClock::now();
+    {
+        pqxx::nontransaction tx(*db);
+        ASSERT_TRUE(tx.exec_params1("SELECT simba_force_release($1)", m)[0].as<bool>());
+    }
+    ASSERT_TRUE(b->wait([](auto& ev) { return ev.size() >= 3; }, 10s));
+    const auto heard = b->events()[1].at - forced_at;
+    EXPECT_FALSE(b->events()[1].acquired);
+    EXPECT_TRUE(b->events()[2].acquired);
+    EXPECT_GT(sb->fence(), fence_b);
+    storm.get();
+    const auto c3 = calls();
+    const auto t3 = SteadyClock::now();
+    std::printf("storm with a forced release: the holder heard it in %lld us; %llu calls in %lld ms (bound %llu)\n",
+                static_cast<long long>(duration_cast<std::chrono::microseconds>(heard).count()),
+                static_cast<unsigned long long>(c3 - c2),
+                static_cast<long long>(duration_cast<milliseconds>(t3 - t2).count()),
+                static_cast<unsigned long long>(bound(1, t3 - t2) + 1));
+    EXPECT_LT(heard, interval + 900ms) << "on_released long before the 15 s lease ran out";
+    // B's re-take of the mutex after the forced release: one attempt more.
+    EXPECT_LE(c3 - c2, bound(1, t3 - t2) + 1);
+    sb->stop();
+    EXPECT_EQ(logs.count_containing("failed"), 0);
+}
+
+TEST(NotifyStorm, BackToBackReleasesAreNotSlowed) {
+    // A NOTIFY whose attempt saw the mutex change hands was news: the next
+    // one acts at once, not an interval later (2 s here, to show it).
+    LogCapture logs;
+    auto db = admin();
+    auto options = test_options("backtoback");
+    options.notify_min_interval = 2000ms;
+    simba::pg::ContendServiceFactory factory("", options);
+    const auto m = unique_name("backtoback");
+    std::vector<std::shared_ptr<Recorder>> r;
+    std::vector<std::unique_ptr<MutexContendService>> s;
+    for (const char* id : {"A", "B", "C"}) {
+        r.push_back(std::make_shared<Recorder>(m, id));
+        s.push_back(factory.create(r.back(), lease(10000ms, 5000ms)));
+    }
+    s[0]->start();
+    ASSERT_TRUE(r[0]->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    s[1]->start();
+    s[2]->start();
+    ASSERT_TRUE(eventually([&] { return s[1]->state().after.owner_id == "A" && s[2]->state().after.owner_id == "A"; }, 10s));
+    ASSERT_TRUE(factory.wait_connected(5s));
+    s[0]->stop();  // B or C takes it; the other attempted for the NOTIFY and saw that
+    ASSERT_TRUE(eventually([&] { return s[1]->is_owner() || s[2]->is_owner(); }, 5s));
+    const int won = s[1]->is_owner() ? 1 : 2, other = 3 - won;
+    ASSERT_TRUE(eventually([&] { return s[other]->state().after.owner_id == s[won]->contender_id(); }, 5s));
+    const auto released_at = SteadyClock::now();
+    s[won]->stop();
+    ASSERT_TRUE(r[other]->wait([](auto& ev) { return !ev.empty(); }, 10s));
+    const auto wake = r[other]->events().front().at - released_at;
+    std::printf("second release in a row -> the other waiter's on_acquired: %lld us (interval 2 s)\n",
+                static_cast<long long>(duration_cast<std::chrono::microseconds>(wake).count()));
+    EXPECT_LT(wake, 1000ms);
+    s[other]->stop();
+
+    auto bad = test_options("badnotify");
+    bad.notify_min_interval = 0ms;
+    EXPECT_THROW(simba::pg::ContendServiceFactory("", bad), simba::InvalidArgumentError);
+}
+
 // ------------------------------------------------------------ concurrency
 
 TEST(Concurrency, ACallbackMayDropTheLastReferenceToItsFactory) {

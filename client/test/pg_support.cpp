@@ -53,6 +53,24 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     return true;
 }
 
+std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root) {
+    {
+        pqxx::nontransaction tx(root);
+        tx.exec0("DO $$ BEGIN CREATE ROLE regress_simba_stranger LOGIN; "
+                 "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$");
+    }
+    return std::make_unique<pqxx::connection>("user=regress_simba_stranger");
+}
+
+void notify_storm(pqxx::connection& c, const std::string& name, int n, std::atomic<int>* sent) {
+    pqxx::nontransaction tx(c);  // autocommit: a transaction per statement
+    const auto sql = "NOTIFY simba, " + tx.quote(name);
+    for (int i = 0; i < n; ++i) {
+        tx.exec0(sql);
+        if (sent) sent->fetch_add(1);
+    }
+}
+
 int backends_with_app(pqxx::connection& c, const std::string& app) {
     pqxx::nontransaction tx(c);
     return tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app)[0].as<int>();

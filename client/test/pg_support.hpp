@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -47,6 +48,15 @@ std::string unique_name(const std::string& prefix);
 
 /// Polls `pred` every 2 ms until it holds or `timeout` passes; returns pred().
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+/// A connection as a role with no simba grant at all (created if need be):
+/// what anyone who may connect to the database can do.
+std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root);
+
+/// `n` times NOTIFY simba, '<name>' on `c`, one transaction each (within
+/// one transaction identical NOTIFYs are delivered once); counts them in
+/// `sent` if given.
+void notify_storm(pqxx::connection& c, const std::string& name, int n, std::atomic<int>* sent = nullptr);
 
 /// Backends of the server whose application_name is `app`.
 int backends_with_app(pqxx::connection& c, const std::string& app);

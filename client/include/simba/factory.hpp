@@ -91,6 +91,18 @@ struct FactoryOptions {
     /// it; waiters poll meanwhile) if no answer comes within the statement
     /// deadline (statement_timeout and a half).
     std::chrono::milliseconds listen_ping_interval{5000};
+    /// NOTIFY simba is a hint, not a command: PostgreSQL has no privileges on
+    /// NOTIFY channels, so any role that can connect may send one, in a loop.
+    /// A NOTIFY makes the services of its mutex attempt at once (a waiter: a
+    /// release; the holder: maybe an admin's simba_force_release), but no
+    /// service attempts for a NOTIFY sooner than this after the last attempt
+    /// a NOTIFY made it send; NOTIFYs meanwhile are merged into that one. So
+    /// a storm of NOTIFYs costs at most one attempt per interval per service,
+    /// and a release heard during one waits at most this long. After an
+    /// attempt that saw the mutex change hands the next NOTIFY acts at once
+    /// again. Semaphore::acquire() retries for a NOTIFY no sooner than this
+    /// after its last try. Must be positive.
+    std::chrono::milliseconds notify_min_interval{100};
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one
