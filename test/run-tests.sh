@@ -46,6 +46,9 @@ run_pg_suite regress make -s installcheck ISOLATION=
 run_pg_suite isolation make -s installcheck REGRESS=
 # pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
 run_pg_suite restore test/restore/roundtrip.sh
+# the server's wall clock stepped an hour forward and back (an LD_PRELOAD
+# shim), live and across restarts: no lease shortened or lengthened (30 s)
+run_pg_suite clock test/clock/step.sh
 for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done
