@@ -38,7 +38,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
-#include "utils/lsyscache.h"
 
 /* This backend's origin: valid while `timeline` is the server's and `table` simba's. */
 static TimestampTz origin_wall = 0;
@@ -165,7 +164,7 @@ simba_clock_origin(FunctionCallInfo fcinfo)
 	if (RecoveryInProgress())
 		return 0;
 	timeline = GetWALInsertionTimeLine();
-	table = get_relname_relid("simba_mutex", simba_schema(fcinfo));
+	table = simba_mutex_table(fcinfo);
 	if (!OidIsValid(table))
 		elog(ERROR, "simba: table simba_mutex is missing");
 	if (timeline != origin_timeline || table != origin_table)

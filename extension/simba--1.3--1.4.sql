@@ -96,14 +96,12 @@ CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_semaphore_gc_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_history_prune(keep interval)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_history_prune'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_force_release(mutex text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_force_release_1_4'
@@ -190,8 +188,7 @@ CREATE FUNCTION @extschema@.simba_mutex_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_mutex_gc'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
   'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
 

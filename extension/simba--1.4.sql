@@ -20,9 +20,11 @@
 -- simba_grant(role). The functions run as the caller (a lease is the
 -- caller's), with a pinned search_path, and their statements run as the
 -- function's owner, reaching the tables by the schema's OID; the tables are
--- written only through them. enable_seqscan is off inside them: their plans
--- are kept, and one chosen while a table was tiny must not scan it whole
--- once it has grown. SECURITY.md has the threat model.
+-- written only through them. enable_seqscan is off inside the lock and
+-- permit functions: their plans are kept, and one chosen while a table was
+-- tiny must not scan it whole once it has grown (the admin functions scan
+-- whole tables on purpose and keep it on: a disabled scan's cost would only
+-- push them past jit_above_cost). SECURITY.md has the threat model.
 
 \echo Use "CREATE EXTENSION simba" to load this file. \quit
 
@@ -230,8 +232,7 @@ CREATE FUNCTION @extschema@.simba_semaphore_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_semaphore_gc_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_gc() IS
   'simba: remove the rows of keys that have no live permit; returns how many keys it removed';
 
@@ -320,8 +321,7 @@ CREATE FUNCTION @extschema@.simba_history_prune(keep interval)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_history_prune'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_history_prune(interval) IS
   'simba: delete history older than now - keep; returns how many rows it deleted';
 
@@ -341,8 +341,7 @@ CREATE FUNCTION @extschema@.simba_mutex_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_mutex_gc'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
   'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
 

@@ -172,10 +172,13 @@ simba_enter(FunctionCallInfo fcinfo, bool writes)
 						 "shared_preload_libraries.", simba_overridden_setting)));
 	if (writes)
 	{
-		const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
+		if (XactReadOnly || RecoveryInProgress())
+		{
+			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
 
-		PreventCommandDuringRecovery(fn);
-		PreventCommandIfReadOnly(fn);
+			PreventCommandDuringRecovery(fn);
+			PreventCommandIfReadOnly(fn);
+		}
 		simba_in_xact = true;
 	}
 	namestrcpy(name, GetUserNameFromId(role, false));
@@ -198,11 +201,16 @@ simba_prepare(SimbaPlan *p)
 	return plan;
 }
 
-/* The schema and owner of the calling SQL function, looked up once per call site. */
+/*
+ * The schema and owner of the calling SQL function and its install's
+ * simba_mutex, looked up once per call site (a new install has new
+ * functions, so nothing here goes stale).
+ */
 typedef struct SimbaFunction
 {
 	Oid			schema;
 	Oid			owner;
+	Oid			mutex_table;
 } SimbaFunction;
 
 static SimbaFunction *
@@ -220,15 +228,16 @@ calling_function(FunctionCallInfo fcinfo)
 		f->schema = ((Form_pg_proc) GETSTRUCT(tuple))->pronamespace;
 		f->owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
 		ReleaseSysCache(tuple);
+		f->mutex_table = get_relname_relid("simba_mutex", f->schema);
 		fcinfo->flinfo->fn_extra = f;
 	}
 	return f;
 }
 
 Oid
-simba_schema(FunctionCallInfo fcinfo)
+simba_mutex_table(FunctionCallInfo fcinfo)
 {
-	return calling_function(fcinfo)->schema;
+	return calling_function(fcinfo)->mutex_table;
 }
 
 uint64

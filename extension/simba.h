@@ -45,8 +45,8 @@ typedef struct SimbaPlan
 extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 							Datum *values, const char *nulls, int tcount);
 
-/* The schema of the calling SQL function: simba's. */
-extern Oid	simba_schema(FunctionCallInfo fcinfo);
+/* The OID of simba_mutex in the install of the calling SQL function. */
+extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
 
 /* The plan simba_execute is running now (the history trigger reads it). */
 extern SimbaPlan *simba_running_plan;
