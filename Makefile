@@ -83,7 +83,9 @@ include $(PGXS)
 all: META.json
 
 # The simba command-line tool (client/cli, C++ on libpqxx) is built and
-# installed with the extension when cmake is there; SIMBA_CLI=no leaves it out
+# installed with the extension when cmake is there (and CLI11 and
+# nlohmann-json: else the library alone, and cmake names the packages to
+# install); SIMBA_CLI=no leaves it out
 # (a database server that only needs the extension). A build dir configured
 # before keeps its options (make test's has the tests on).
 SIMBA_CLI ?= $(if $(shell command -v cmake 2>/dev/null),yes,no)
@@ -91,7 +93,7 @@ SIMBA_BUILD ?= build
 .PHONY: cli install-cli
 cli:
 	cmake -S . -B $(SIMBA_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(filter yes,$(SIMBA_WERROR)),-DSIMBA_WERROR=ON) >/dev/null
-	cmake --build $(SIMBA_BUILD) -j2 --target simba_cli
+	cmake --build $(SIMBA_BUILD) -j2 --target simba_installables
 install-cli: cli
 	cmake --install $(SIMBA_BUILD) --component cli
 ifeq ($(SIMBA_CLI),yes)

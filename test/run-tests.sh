@@ -13,7 +13,7 @@ if [ "${1:-}" != --suites ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
   exec test/with-cluster.sh "$0" --suites
