@@ -49,6 +49,11 @@ run_pg_suite restore test/restore/roundtrip.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh
+# make install into staging directories (never / or /usr/local): what it
+# installs, a C++20 program built with pkg-config and one with
+# find_package(simba-client) against those files, each holding a mutex here,
+# the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s)
+run_pg_suite install test/install/run.sh
 for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done
