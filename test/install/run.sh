@@ -124,6 +124,57 @@ if [ -n "${PGHOST:-}" ]; then
   psql -XqAt -d postgres -c "DROP DATABASE IF EXISTS $PGDATABASE" >/dev/null || true
 fi
 
+# --- the guides' C++ snippets ------------------------------------------------
+# Every ```cpp block of README.md and client/README.md, compiled as C++17
+# (the minimum) against the staged headers. A block with a main() is a whole
+# program; any other is a fragment, compiled in a block inside a function
+# that gives it what the guide takes as given (factory, contender, id, ...),
+# its "..." lines (elided code) dropped. Errors point at the guide's lines.
+mkdir "$work/snippets"
+cat >"$work/snippets/given.hpp" <<'GIVEN'
+#include <simba/simba.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+struct {
+    void log(const char*, const std::string&) {}
+} my_logger;
+inline void export_with_fence(std::int64_t) {}
+inline void run_worker(std::int64_t) {}
+inline void cleanup() {}
+GIVEN
+snippet_compiles() { # guide line
+  local src=$work/snippets/${1//\//_}-$2.cpp
+  {
+    if grep -q 'int main(' "$src.body"; then
+      echo "#line $(($2 + 1)) \"$1\""; cat "$src.body"
+    else
+      echo "#include \"$work/snippets/given.hpp\""
+      echo "void snippet(simba::pg::ContendServiceFactory& factory, std::shared_ptr<simba::MutexContender> contender,"
+      echo "             simba::SteadyClock::time_point until, const std::string& id) { {"
+      echo "#line $(($2 + 1)) \"$1\""
+      grep -vx ' *\.\.\. *' "$src.body" || true
+      echo "} }"
+    fi
+  } >"$src"
+  # shellcheck disable=SC2046
+  g++ -std=c++17 -fsyntax-only -Wno-unused-result $(pkg-config --cflags simba-client) "$src"
+}
+for guide in README.md client/README.md; do
+  # one file per block: <guide>-<line of its opening fence>.cpp.body
+  awk -v out="$work/snippets/${guide//\//_}" '
+    /^ *```(cpp|c\+\+) *$/ { body = out "-" NR ".cpp.body"; printf "" >body; next }
+    /^ *``` *$/ && body != "" { close(body); body = ""; next }
+    body != "" { print >>body }' "$guide"
+  for line in $(awk '/^ *```(cpp|c\+\+) *$/ { print NR }' "$guide"); do
+    check "$guide:$line: the C++ snippet compiles" snippet_compiles "$guide" "$line"
+  done
+done
+
 # --- another prefix ----------------------------------------------------------
 prefix=$work/prefix
 prefix_install() {
