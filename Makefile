@@ -1,5 +1,6 @@
 # simba — PGXS build of the extension, plus the project's entry points:
-#   make / make install   build and install the extension and the simba CLI (install needs root)
+#   make / make install   build and install the extension, the C++ client library (headers,
+#                         CMake package, pkg-config file) and the simba CLI (install needs root)
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
@@ -82,21 +83,39 @@ include $(PGXS)
 
 all: META.json
 
-# The simba command-line tool (client/cli, C++ on libpqxx) is built and
-# installed with the extension when cmake is there; SIMBA_CLI=no leaves it out
-# (a database server that only needs the extension). A build dir configured
-# before keeps its options (make test's has the tests on).
-SIMBA_CLI ?= $(if $(shell command -v cmake 2>/dev/null),yes,no)
+# The C++ client library (client/: libsimba-client, its headers, the CMake
+# package simba-client and simba-client.pc) and the simba command-line tool
+# are built and installed with the extension when cmake is there; the tool
+# only when CLI11 and nlohmann-json are there too (else cmake says which
+# packages to install, and the library is built without it). SIMBA_CLI=no
+# leaves all of it out (a database server that only needs the extension).
+# They install under PREFIX (/usr/local; prefix=DIR on the command line
+# works too), below DESTDIR if set; an install into /usr or /usr/local
+# without DESTDIR ends with ldconfig (cmake/SimbaLdconfig.cmake). A build dir
+# configured before keeps its options (make test's has the tests on).
+ifeq ($(origin SIMBA_CLI),undefined)
+SIMBA_CLI := $(if $(shell command -v cmake 2>/dev/null),yes,no)
+SIMBA_CLI_NOTE := $(if $(filter no,$(SIMBA_CLI)),simba: cmake not found: building the extension alone; for the C++ client library and the simba command install cmake libpqxx-dev libcli11-dev nlohmann-json3-dev (Debian/Ubuntu))
+endif
 SIMBA_BUILD ?= build
-.PHONY: cli install-cli
-cli:
+PREFIX ?= /usr/local
+SIMBA_PREFIX := $(if $(filter command line,$(origin prefix)),$(prefix),$(PREFIX))
+.PHONY: client install-client client-note cli install-cli
+client:
 	cmake -S . -B $(SIMBA_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(filter yes,$(SIMBA_WERROR)),-DSIMBA_WERROR=ON) >/dev/null
-	cmake --build $(SIMBA_BUILD) -j2 --target simba_cli
-install-cli: cli
-	cmake --install $(SIMBA_BUILD) --component cli
+	cmake --build $(SIMBA_BUILD) -j2 --target simba_installables
+install-client: client
+	DESTDIR='$(DESTDIR)' cmake --install $(SIMBA_BUILD) --prefix '$(SIMBA_PREFIX)'
+client-note:
+	@$(if $(SIMBA_CLI_NOTE),echo '$(SIMBA_CLI_NOTE)' >&2,:)
+# The names of before 1.4.
+cli: client
+install-cli: install-client
 ifeq ($(SIMBA_CLI),yes)
-all: cli
-install: install-cli
+all: client
+install: install-client
+else
+all install: client-note
 endif
 
 else

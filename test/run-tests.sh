@@ -13,7 +13,7 @@ if [ "${1:-}" != --suites ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
   exec test/with-cluster.sh "$0" --suites
@@ -49,6 +49,11 @@ run_pg_suite restore test/restore/roundtrip.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh
+# make install into staging directories (never / or /usr/local): what it
+# installs, a C++20 program built with pkg-config and one with
+# find_package(simba-client) against those files, each holding a mutex here,
+# the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s)
+run_pg_suite install test/install/run.sh
 for diffs in regression.diffs output_iso/regression.diffs; do
   if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
 done

@@ -59,22 +59,42 @@ check "postgresql-15-simba's files unchanged on disk (dpkg --verify)" \
 check "CREATE EXTENSION simba" \
   psql -XqAt -o /dev/null -v ON_ERROR_STOP=1 -c "CREATE EXTENSION simba" -c "SELECT simba_acquire('smoke', 'sql')"
 
+# The packaged headers, CMake package and .pc, not what a `make install` put
+# under /usr/local (make test runs one before this), which compilers,
+# pkg-config and find_package all search before /usr: CMAKE_PREFIX_PATH=/usr,
+# PKG_CONFIG_PATH, and an -I directory whose simba/ is a link to
+# /usr/include/simba. Each build's dependency file must then show every simba
+# header read from /usr/include/simba.
+mkdir "$work/include" && ln -s /usr/include/simba "$work/include/simba"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+packaged_headers() { # depfile
+  local used
+  used=$(tr ' \\' '\n\n' <"$1" | grep '/simba/[a-z_]*\.hpp$' | xargs -r realpath -m)
+  grep -qx /usr/include/simba/simba.hpp <<<"$used" && ! grep -v '^/usr/include/simba/' <<<"$used" ||
+    { echo "simba headers read: $used"; return 1; }
+}
 # find_package(simba-client) must find the packaged config, not another.
 cmake_build() {
-  cmake -S test/package -B "$work/cmake" >"$work/cmake.log" 2>&1 &&
+  cmake -S test/package -B "$work/cmake" -DCMAKE_PREFIX_PATH=/usr -DCMAKE_CXX_FLAGS="-I$work/include" \
+      >"$work/cmake.log" 2>&1 &&
     grep -q "from $libdir/cmake/simba-client" "$work/cmake.log" &&
-    cmake --build "$work/cmake" >>"$work/cmake.log" 2>&1 ||
+    cmake --build "$work/cmake" >>"$work/cmake.log" 2>&1 &&
+    packaged_headers "$(find "$work/cmake" -name 'smoke.cpp.o.d')" >>"$work/cmake.log" 2>&1 ||
     { cat "$work/cmake.log"; return 1; }
 }
 check "a program built with find_package(simba-client)" cmake_build
 pkgconfig_build() {
   [ "$(pkg-config --variable=pcfiledir simba-client)" = "$libdir/pkgconfig" ] &&
-    g++ -o "$work/smoke-pc" test/package/smoke.cpp $(pkg-config --cflags --libs simba-client)
+    g++ -I"$work/include" -MD -MF "$work/smoke-pc.d" -o "$work/smoke-pc" test/package/smoke.cpp \
+      $(pkg-config --cflags --libs simba-client) &&
+    packaged_headers "$work/smoke-pc.d"
 }
 check "a program built with pkg-config simba-client" pkgconfig_build
-packaged_lib() {
-  ldd "$work/cmake/smoke" | grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " &&
-    ldd "$work/smoke-pc" | grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 "
+packaged_lib() {  # (ldd's output first: ldd | grep -q can fail on SIGPIPE under pipefail)
+  local cm pc
+  cm=$(ldd "$work/cmake/smoke") && pc=$(ldd "$work/smoke-pc") &&
+    grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " <<<"$cm" &&
+    grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " <<<"$pc"
 }
 check "both link the packaged libsimba-client.so.1" packaged_lib
 check "the find_package program holds a mutex" "$work/cmake/smoke"

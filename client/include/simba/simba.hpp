@@ -1,6 +1,12 @@
 // simba client: everything.
 #pragma once
 
+// C++17 is the minimum (the .pc file and the CMake package leave the
+// standard to the program; a C++20 program stays C++20).
+#if __cplusplus < 201703L
+#error "simba-client needs C++17 or later: compile with -std=c++17 or newer"
+#endif
+
 #include "simba/clock.hpp"
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
