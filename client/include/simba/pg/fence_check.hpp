@@ -14,6 +14,7 @@
 // transaction is then aborted, as PostgreSQL aborts it, and must not commit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -23,13 +24,23 @@
 
 namespace simba::pg {
 
+namespace detail {
+/// The server's message: its first line, without libpq's "ERROR:  " prefix.
+[[noreturn]] inline void rethrow_typed(const pqxx::sql_error& e) {
+    std::string message = e.what();
+    if (message.rfind("ERROR:  ", 0) == 0) message.erase(0, 8);
+    message.erase(std::min(message.find('\n'), message.size()));
+    throw_sqlstate(e.sqlstate(), message);
+}
+}  // namespace detail
+
 /// Runs simba_fence_check(mutex, contender_id, fence) in `tx`.
 inline void fence_check(pqxx::transaction_base& tx, const std::string& mutex, const std::string& contender_id,
                         std::int64_t fence) {
     try {
         tx.exec_params("SELECT simba_fence_check($1, $2, $3)", mutex, contender_id, fence);
     } catch (const pqxx::sql_error& e) {
-        throw_sqlstate(e.sqlstate(), e.what());
+        detail::rethrow_typed(e);
     }
 }
 
@@ -39,7 +50,7 @@ inline void semaphore_fence_check(pqxx::transaction_base& tx, const std::string&
     try {
         tx.exec_params("SELECT simba_semaphore_fence_check($1, $2::uuid, $3)", key, token, fence);
     } catch (const pqxx::sql_error& e) {
-        throw_sqlstate(e.sqlstate(), e.what());
+        detail::rethrow_typed(e);
     }
 }
 
