@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
         std::vector<std::unique_ptr<simba::MutexContendService>> svcs;
         {
             simba::pg::ContendServiceFactory factory("", fo);
-            factory.wait_connected(std::chrono::seconds(10));
+            if (!factory.wait_connected(std::chrono::seconds(10))) std::fprintf(stderr, "bench: not connected after 10 s\n");
             simba::ContendOptions o;
             o.ttl = std::chrono::milliseconds(static_cast<long>(ttl_s * 1000));
             o.transition = std::chrono::milliseconds(static_cast<long>(tr_s * 1000));

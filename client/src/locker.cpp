@@ -12,9 +12,13 @@ struct Locker::Contender final : MutexContender {
     bool has_callbacks() const noexcept override { return false; }
 };
 
-Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options)
+Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options,
+               int max_hold_count)
     : contender_(std::make_shared<Contender>(std::move(mutex), std::move(contender_id))),
-      service_(factory.create(contender_, options)) {}
+      service_(factory.create(contender_, options)),
+      max_hold_count_(max_hold_count) {
+    if (max_hold_count < 1) throw InvalidArgumentError("max_hold_count must be at least 1", "22023");
+}
 
 Locker::~Locker() {
     try {
@@ -84,6 +88,98 @@ void Locker::release() {
     if (service_->status() == Status::RUNNING) service_->stop();
     std::lock_guard<std::mutex> lock(call_mutex_);
     in_use_ = false;
+}
+
+bool Locker::claim(SteadyClock::time_point deadline, bool& reentered) {
+    std::unique_lock<std::mutex> lock(call_mutex_);
+    const auto me = std::this_thread::get_id();
+    reentered = claimant_ == me;
+    if (reentered) {
+        if (holds_ == 0) throw IllegalStateError("Locker for mutex " + mutex() + " is being taken by this thread");
+        if (holds_ >= max_hold_count_)
+            throw IllegalStateError("Locker for mutex " + mutex() + " already held " + std::to_string(holds_) +
+                                    " times by this thread (max_hold_count " + std::to_string(max_hold_count_) + ")");
+        ++holds_;
+        return true;
+    }
+    if (!wait_until(claim_cv_, lock, deadline, [this] { return claimant_ == std::thread::id(); })) return false;
+    claimant_ = me;
+    return true;
+}
+
+void Locker::unclaim() {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    claimant_ = std::thread::id();
+    holds_ = 0;
+    claim_cv_.notify_all();
+}
+
+bool Locker::lock_until(SteadyClock::time_point deadline) {
+    bool reentered = false;
+    if (!claim(deadline, reentered)) return false;
+    if (reentered) return true;
+    bool ok = false;
+    try {
+        ok = deadline == SteadyClock::time_point::max() ? (acquire(), true) : acquire_until(deadline, true);
+    } catch (const TimeoutError&) {
+        ok = false;
+    } catch (...) {
+        unclaim();
+        throw;
+    }
+    if (!ok) {
+        unclaim();
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    holds_ = 1;
+    return true;
+}
+
+void Locker::lock() { lock_until(SteadyClock::time_point::max()); }
+
+bool Locker::try_lock() {
+    {
+        // As std::recursive_mutex: past the hold limit, false rather than an error.
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        if (claimant_ == std::this_thread::get_id() && holds_ >= max_hold_count_) return false;
+    }
+    bool reentered = false;
+    if (!claim(SteadyClock::now(), reentered)) return false;
+    if (reentered) return true;
+    bool ok = false;
+    try {
+        // One round trip: the first attempt runs on this thread.
+        ok = acquire_until(SteadyClock::time_point{}, true);
+    } catch (const TimeoutError&) {
+        ok = false;
+    } catch (...) {
+        unclaim();
+        throw;
+    }
+    if (!ok) {
+        unclaim();
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    holds_ = 1;
+    return true;
+}
+
+void Locker::unlock() {
+    {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        if (claimant_ != std::this_thread::get_id() || holds_ == 0)
+            throw IllegalStateError("Locker for mutex " + mutex() + " is not held by this thread");
+        if (--holds_ > 0) return;
+    }
+    release();
+    unclaim();
+}
+
+int Locker::hold_count() const {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    return holds_;
 }
 
 bool Locker::is_owner() const { return service_->is_owner(); }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <type_traits>
 
 namespace simba {
 
@@ -31,6 +32,26 @@ struct BootClock {
 
 /// The client's clock (named for what callers rely on: it never goes back).
 using SteadyClock = BootClock;
+
+/// A deadline of any clock (system_clock, std::chrono::steady_clock, ...) on
+/// SteadyClock, as std::condition_variable::wait_until takes any clock's:
+/// the time left on its own clock, from now on ours, rounded up (never
+/// early); a deadline too far to represent is time_point::max().
+template <typename Clock, typename Duration>
+SteadyClock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>& deadline) {
+    using std::chrono::ceil;
+    if constexpr (std::is_same_v<Clock, SteadyClock>) {
+        return std::chrono::time_point_cast<SteadyClock::duration>(deadline);
+    } else {
+        const auto now = Clock::now();
+        const auto steady_now = SteadyClock::now();
+        if (deadline <= now) return steady_now;
+        const auto left = deadline - now;
+        const auto room = std::chrono::duration_cast<std::chrono::duration<double>>(SteadyClock::time_point::max() - steady_now);
+        if (std::chrono::duration<double>(left) >= room) return SteadyClock::time_point::max();
+        return steady_now + ceil<SteadyClock::duration>(left);
+    }
+}
 
 /// cv.wait_until(lock, until, pred) for a SteadyClock deadline. The standard
 /// library maps another clock's deadline onto its own by adding (until - now),

@@ -132,7 +132,7 @@ public:
     /// Both connections are up and listening.
     [[nodiscard]] bool connected() const;
     /// Waits until connected(), up to `timeout`; returns connected().
-    bool wait_connected(std::chrono::milliseconds timeout) const;
+    [[nodiscard]] bool wait_connected(std::chrono::milliseconds timeout) const;
     /// Successful (re)connections so far; 1 after the first connect.
     [[nodiscard]] std::uint64_t connects() const;
     /// A snapshot of the services' metrics per (mutex, contender id): counters

@@ -55,10 +55,20 @@ public:
     /// the backend can, the first attempt runs on the calling thread
     /// (PostgreSQL: one round trip, no hand-off to the I/O thread); Locker
     /// is built on it.
-    bool start_and_wait(SteadyClock::time_point until);
+    [[nodiscard]] bool start_and_wait(SteadyClock::time_point until);
+    /// The same with a deadline of any clock (std::chrono::steady_clock,
+    /// system_clock, ...), as std::condition_variable::wait_until.
+    template <typename Clock, typename Duration>
+    [[nodiscard]] bool start_and_wait(const std::chrono::time_point<Clock, Duration>& until) {
+        return start_and_wait(steady_deadline(until));
+    }
     /// Blocks until is_owner(), `until` passes or the service stops;
     /// returns is_owner().
-    virtual bool wait_owner(SteadyClock::time_point until) const = 0;
+    [[nodiscard]] virtual bool wait_owner(SteadyClock::time_point until) const = 0;
+    template <typename Clock, typename Duration>
+    [[nodiscard]] bool wait_owner(const std::chrono::time_point<Clock, Duration>& until) const {
+        return wait_owner(steady_deadline(until));
+    }
     /// RUNNING -> STOPPING -> INITIAL. Releases the mutex if held (the
     /// server NOTIFYs waiters), fires on_released for an owner, and returns
     /// only after every callback of this service has run.

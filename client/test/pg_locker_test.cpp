@@ -1,0 +1,149 @@
+// Locker as a standard Lockable / TimedLockable: std::unique_lock,
+// std::lock_guard and std::scoped_lock work on it, a timeout is false, any
+// clock's deadline is taken, and reentrancy stops at max_hold_count
+// (issue 23, bullets 3 and 5).
+#include <cstdlib>
+#include <mutex>
+
+#include "pg_support.hpp"
+
+using namespace simba_test;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string server_owner(pqxx::connection& db, const std::string& mutex) {
+    pqxx::work tx(db);
+    auto r = tx.exec_params("SELECT coalesce(owner_id, '') FROM simba_owner($1)", mutex);
+    return r[0][0].as<std::string>();
+}
+
+}  // namespace
+
+TEST(LockerLockable, UniqueLockAndLockGuardTakeAndReleaseOnTheServer) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("lockable"));
+    const auto m = unique_name("lockable");
+    simba::Locker a(factory, m, "A", lease(2000ms, 1000ms));
+    {
+        std::unique_lock<simba::Locker> hold(a);
+        EXPECT_TRUE(hold.owns_lock());
+        EXPECT_TRUE(a.is_owner());
+        EXPECT_EQ(a.hold_count(), 1);
+        EXPECT_EQ(server_owner(*db, m), "A");
+    }
+    EXPECT_EQ(server_owner(*db, m), "") << "unique_lock's unlock() released it on the server";
+    EXPECT_EQ(a.hold_count(), 0);
+    {
+        std::lock_guard<simba::Locker> guard(a);
+        EXPECT_EQ(server_owner(*db, m), "A");
+    }
+    EXPECT_EQ(server_owner(*db, m), "");
+    EXPECT_THROW(a.unlock(), simba::IllegalStateError) << "unlock() without a hold";
+}
+
+TEST(LockerLockable, ATimeoutIsFalseOnTime) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("lockable-timeout"));
+    const auto m = unique_name("lockable-timeout");
+    simba::Locker holder(factory, m, "holder", lease(5000ms, 1000ms));
+    holder.lock();
+    simba::Locker waiter(factory, m, "waiter", lease(5000ms, 1000ms));
+
+    auto t0 = SteadyClock::now();
+    EXPECT_FALSE(waiter.try_lock_for(200ms));
+    auto waited = SteadyClock::now() - t0;
+    EXPECT_GE(waited, 200ms) << "never early";
+    EXPECT_LT(waited, 1000ms) << duration_cast<milliseconds>(waited).count() << " ms";
+    std::printf("try_lock_for(200ms) on a held lock: false after %lld ms\n",
+                static_cast<long long>(duration_cast<milliseconds>(waited).count()));
+
+    t0 = SteadyClock::now();
+    EXPECT_FALSE(waiter.try_lock());
+    EXPECT_LT(SteadyClock::now() - t0, 1000ms) << "one attempt, no waiting";
+
+    // deadlines of any clock, as std::condition_variable takes them
+    t0 = SteadyClock::now();
+    EXPECT_FALSE(waiter.try_lock_until(std::chrono::system_clock::now() + 200ms));
+    EXPECT_GE(SteadyClock::now() - t0, 190ms);
+    EXPECT_FALSE(waiter.try_lock_until(std::chrono::steady_clock::now() + 100ms));
+    std::unique_lock<simba::Locker> maybe(waiter, 100ms);
+    EXPECT_FALSE(maybe.owns_lock());
+    EXPECT_FALSE(waiter.is_owner());
+    EXPECT_EQ(server_owner(*db, m), "holder");
+
+    holder.unlock();
+    EXPECT_TRUE(waiter.try_lock_for(5s)) << "free: taken at once";
+    EXPECT_EQ(server_owner(*db, m), "waiter");
+    waiter.unlock();
+}
+
+TEST(LockerLockable, ReentrancyUpToMaxHoldCountWithOneFence) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("lockable-reentrant"));
+    const auto m = unique_name("lockable-reentrant");
+    simba::Locker plain(factory, m, "plain", lease(2000ms, 1000ms));
+    plain.lock();
+    EXPECT_THROW(plain.lock(), simba::IllegalStateError) << "not reentrant by default";
+    EXPECT_EQ(plain.hold_count(), 1);
+    plain.unlock();
+
+    simba::Locker again(factory, m, "again", lease(2000ms, 1000ms), 3);
+    again.lock();
+    const auto fence = again.fence();
+    EXPECT_TRUE(again.try_lock());
+    again.lock();
+    EXPECT_EQ(again.hold_count(), 3);
+    EXPECT_EQ(again.fence(), fence) << "one lease, one fence";
+    EXPECT_THROW(again.lock(), simba::IllegalStateError) << "past max_hold_count";
+    EXPECT_FALSE(again.try_lock()) << "past max_hold_count: false, as std::recursive_mutex";
+    again.unlock();
+    again.unlock();
+    EXPECT_EQ(server_owner(*db, m), "again") << "still held once";
+    again.unlock();
+    EXPECT_EQ(server_owner(*db, m), "") << "released when the count reached zero";
+    EXPECT_THROW(simba::Locker(factory, m, "bad", lease(2000ms, 1000ms), 0), simba::InvalidArgumentError);
+}
+
+TEST(LockerLockable, ScopedLockOverTwoLockersInOppositeOrdersNeverDeadlocks) {
+    // Two threads share two lockers of two mutexes and take both with
+    // std::scoped_lock in opposite orders (std::lock's try-and-back-off).
+    const char* env = std::getenv("SIMBA_SCOPED_LOCK_SECONDS");
+    const auto run_for = std::chrono::seconds(env ? std::atoi(env) : 10);
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("lockable-scoped"));
+    const auto m1 = unique_name("scoped-1");
+    const auto m2 = unique_name("scoped-2");
+    simba::Locker one(factory, m1, "one", lease(2000ms, 1000ms));
+    simba::Locker two(factory, m2, "two", lease(2000ms, 1000ms));
+    std::atomic<int> inside{0};
+    std::atomic<bool> overlap{false};
+    std::atomic<bool> not_owner{false};
+    std::atomic<int> rounds[2] = {{0}, {0}};
+    const auto until = SteadyClock::now() + run_for;
+    auto worker = [&](int me) {
+        while (SteadyClock::now() < until) {
+            auto take = [&](simba::Locker& x, simba::Locker& y) {
+                std::scoped_lock both(x, y);
+                if (inside.fetch_add(1) != 0) overlap = true;
+                if (!one.is_owner() || !two.is_owner()) not_owner = true;
+                inside.fetch_sub(1);
+            };
+            if (me == 0) take(one, two);
+            else take(two, one);
+            ++rounds[me];
+        }
+    };
+    std::thread t0(worker, 0), t1(worker, 1);
+    t0.join();
+    t1.join();
+    EXPECT_FALSE(overlap) << "both threads inside at once";
+    EXPECT_FALSE(not_owner) << "inside without holding both mutexes on the server";
+    EXPECT_GT(rounds[0].load(), 0);
+    EXPECT_GT(rounds[1].load(), 0);
+    std::printf("scoped_lock, %lld s: %d and %d rounds\n", static_cast<long long>(run_for.count()), rounds[0].load(),
+                rounds[1].load());
+    EXPECT_EQ(server_owner(*db, m1), "");
+    EXPECT_EQ(server_owner(*db, m2), "");
+}
