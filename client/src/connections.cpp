@@ -4,6 +4,7 @@
 
 #include "conninfo.hpp"
 #include "simba/contend_period.hpp"
+#include "simba/errors.hpp"
 #include "simba/log.hpp"
 #include "statements.hpp"
 
@@ -48,12 +49,23 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
             stmt_->prepare("simba_acquire_batch", kAcquireBatchSql);
         }
         connects_.fetch_add(1);
+        {
+            std::lock_guard<std::mutex> lock(state_m_);
+            connect_error_ = nullptr;
+        }
         set_up(true);
         listen_backoff_ = options_.reconnect_initial;
         open_listen();
         return true;
     } catch (const std::exception& e) {
         drop();
+        {
+            std::lock_guard<std::mutex> lock(state_m_);
+            const auto state = connect_sqlstate(e);
+            connect_error_ = std::make_exception_ptr(ConnectionError(trimmed_message(e.what()), state));
+            connect_error_permanent_ = permanent_sqlstate(state);
+        }
+        state_cv_.notify_all();
         const auto wait = next_backoff();
         log(LogLevel::error,
             "connect failed: " + trimmed_message(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
@@ -134,6 +146,11 @@ void Connections::set_up(bool v) {
         up_flag_ = v && (listen_info_.empty() || listen_ready_);
     }
     state_cv_.notify_all();
+}
+
+std::exception_ptr Connections::setup_error() const {
+    std::lock_guard<std::mutex> lock(state_m_);
+    return connect_error_permanent_ || connects_.load() == 0 ? connect_error_ : nullptr;
 }
 
 bool Connections::connected() const {

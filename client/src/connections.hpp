@@ -8,6 +8,8 @@
 // I/O state, guarded by the factory's io_m, except where a member says so.
 #pragma once
 
+#include <exception>
+
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -77,6 +79,11 @@ public:
 
     // ---------------------------------------------------- any thread
     [[nodiscard]] bool connected() const;
+    /// Why the last connect failed, when it will fail again or never
+    /// succeeded (wrong host, database or role, no server at all): callers
+    /// waiting for a lock are told at once. Null once connected, and while a
+    /// factory that was connected retries a transient failure.
+    [[nodiscard]] std::exception_ptr setup_error() const;
     bool wait_connected(SteadyClock::time_point until) const;
     [[nodiscard]] int open_count() const { return open_.load(); }
     [[nodiscard]] std::uint64_t connects() const { return connects_.load(); }
@@ -113,6 +120,8 @@ private:
     std::atomic<int> open_{0};
     std::atomic<std::uint64_t> connects_{0};
     mutable std::mutex state_m_;  // a leaf: up_flag_ for connected() and wait_connected()
+    std::exception_ptr connect_error_;     // guarded by state_m_: the last connect's failure
+    bool connect_error_permanent_ = false; // guarded by state_m_
     mutable std::condition_variable state_cv_;
     bool up_flag_ = false;
 };

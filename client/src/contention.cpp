@@ -102,6 +102,10 @@ bool Contention::begin_attempt(const ServicePtr& svc) {
 void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
     conn_.statement_ok();
     svc->solo = false;
+    {
+        std::lock_guard<std::mutex> lock(svc->m);
+        svc->error = nullptr;
+    }
     MutexOwner o = parse_owner(row, svc->mutex, anchor);
     const MutexOwner prev = std::move(svc->last);
     if (!prev.same_tenure(o)) svc->notify.news();  // a NOTIFY now is likely a real release too
@@ -147,6 +151,15 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
         if (conn_.statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
             svc->unknown = true;  // it may have committed
             return;               // all services attempt again on reconnect
+        }
+        if (permanent_sqlstate(sqlstate_of(e))) {
+            // A setup mistake: tell whoever waits for this service now
+            // (it still retries: a grant may come later).
+            {
+                std::lock_guard<std::mutex> lock(svc->m);
+                svc->error = typed_error(e);
+            }
+            svc->owner_cv.notify_all();
         }
         retry_later(svc, renewing);
     }

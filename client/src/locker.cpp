@@ -1,5 +1,7 @@
 #include "simba/locker.hpp"
 
+#include <cstdio>
+
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
 
@@ -26,6 +28,16 @@ Locker::~Locker() {
     } catch (const std::exception& e) {
         log_release_failure(e);
     }
+}
+
+/// "timed out acquiring mutex m: held by "B" for another 2.4 s", as the CLI says it.
+std::string Locker::timeout_message(const MutexOwner& seen) const {
+    std::string msg = "timed out acquiring mutex " + mutex();
+    if (!seen.has_owner()) return msg + ": it was free at the last attempt";
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(seen.transition_at - seen.current_at);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(left.count()) / 1000.0);
+    return msg + ": held by \"" + seen.owner_id + "\" for another " + buf + " s at the last attempt";
 }
 
 void Locker::log_release_failure(const std::exception& e) {
@@ -65,13 +77,20 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         // it: never return with fence 0, wait for the next tenure instead.
         while (ok && (fence = service_->fence()) == 0) ok = service_->wait_owner(until);
     } catch (...) {
+        // A setup mistake (no extension, no grant, no server): stop contending.
         started(true);
+        try {
+            release();
+        } catch (const std::exception& e) {
+            log_release_failure(e);
+        }
         throw;
     }
     if (!ok) {
+        const auto seen = service_->state().after;
         release();
         if (!bounded) throw IllegalStateError("Locker for mutex " + mutex() + " was released while acquiring");
-        throw TimeoutError("timed out acquiring mutex " + mutex());
+        throw TimeoutError(timeout_message(seen));
     }
     std::lock_guard<std::mutex> lock(call_mutex_);
     fence_ = fence;

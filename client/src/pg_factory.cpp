@@ -382,8 +382,16 @@ protected:
         const auto st = status();
         if (st == Status::INITIAL || st == Status::STOPPING) return svc_->lease.owns(SteadyClock::now());
         const auto stops = svc_->stops;
-        simba::wait_until(svc_->owner_cv, lock, until,
-                          [&] { return svc_->stops != stops || svc_->lease.owns(SteadyClock::now()); });
+        // A setup mistake (the attempt's or the connection's) is thrown at
+        // once; the connection's is looked at every 50 ms.
+        for (;;) {
+            const auto now = SteadyClock::now();
+            if (svc_->stops != stops || svc_->lease.owns(now)) break;
+            if (svc_->error) std::rethrow_exception(svc_->error);
+            if (auto e = core_->connections.setup_error()) std::rethrow_exception(e);
+            if (now >= until) break;
+            svc_->owner_cv.wait_for(lock, std::min<SteadyClock::duration>(until - now, std::chrono::milliseconds(50)));
+        }
         return svc_->lease.owns(SteadyClock::now());
     }
 

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,8 +44,9 @@ struct ServiceCore {
     std::vector<std::function<void()>> pending;
     bool in_callback = false;    // one of them is running on the handle thread
     SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
-    std::condition_variable owner_cv;  // a tenure began, or stopped (wait_owner)
+    std::condition_variable owner_cv;  // a tenure began, it stopped, or an attempt failed for good (wait_owner)
     std::uint64_t stops = 0;           // stops so far (end_locally)
+    std::exception_ptr error;          // the last attempt failed and will fail again: wait_owner() throws it
 
     // I/O thread only.
     MutexOwner last;             // last owner seen from the server

@@ -1,5 +1,7 @@
 #include "statements.hpp"
 
+#include "simba/errors.hpp"
+
 namespace simba::pg::detail {
 
 using std::chrono::microseconds;
@@ -44,6 +46,34 @@ const char* const kReleaseSql = "SELECT simba_release($1, $2)";
 std::string trimmed_message(std::string msg) {
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     return msg;
+}
+
+bool permanent_sqlstate(const std::string& s) {
+    return s == "42883" || s == "42P01" || s == "42501" || s == "22023" || s == "22004" || s == "55000" ||
+           s == "3D000" || s == "28000" || s == "28P01";
+}
+
+std::exception_ptr typed_error(const std::exception& e) {
+    try {
+        const auto state = sqlstate_of(e);
+        if (state.empty() && dynamic_cast<const pqxx::broken_connection*>(&e))
+            throw ConnectionError(trimmed_message(e.what()));
+        throw_sqlstate(state, trimmed_message(e.what()));
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+std::string connect_sqlstate(const std::exception& e) {
+    if (auto state = sqlstate_of(e); !state.empty()) return state;
+    const std::string msg = e.what();
+    auto has = [&](const char* s) { return msg.find(s) != std::string::npos; };
+    if (has("database \"") && has("does not exist")) return "3D000";
+    if (has("password authentication failed")) return "28P01";
+    if (has("role \"") && has("does not exist")) return "28000";
+    if (has("no pg_hba.conf entry")) return "28000";
+    if (has("permission denied for database")) return "42501";
+    return {};
 }
 
 std::string sqlstate_of(const std::exception& e) {

@@ -39,6 +39,17 @@ std::string array_literal(const std::vector<T>& items, F&& element) {
 std::string sqlstate_of(const std::exception& e);
 /// A libpq or libpqxx error text without its trailing newline (and spaces).
 std::string trimmed_message(std::string msg);
+/// Whether an attempt failing with `sqlstate` fails the same way when
+/// retried (a setup mistake: the extension missing or too old, no grant, a
+/// bad argument, no such database, authentication), so callers are told at
+/// once instead of retrying until their deadline.
+bool permanent_sqlstate(const std::string& sqlstate);
+/// `e` as the matching simba::Error, with the server's message.
+std::exception_ptr typed_error(const std::exception& e);
+/// The SQLSTATE of a failed connect: libpq reports none for a connection it
+/// could not open, so it is read off libpq's English message where it can
+/// be (3D000, 28P01, 28000, 42501); "" otherwise (no server, say).
+std::string connect_sqlstate(const std::exception& e);
 /// An owner row of kAcquireSql / kAcquireBatchSql, for a request sent at `anchor`.
 MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor);
 

@@ -147,3 +147,90 @@ TEST(LockerLockable, ScopedLockOverTwoLockersInOppositeOrdersNeverDeadlocks) {
     EXPECT_EQ(server_owner(*db, m1), "");
     EXPECT_EQ(server_owner(*db, m2), "");
 }
+
+// ------------------------------------------------------------ setup mistakes
+// Each reaches lock() at once as its typed error, with the SQLSTATE and the
+// server's message, instead of a timeout or a hang (issue 23, bullet 2).
+
+namespace {
+
+/// Runs lock() on a fresh factory for `conninfo`; returns the error it threw
+/// and how long that took.
+std::pair<std::exception_ptr, SteadyClock::duration> lock_error(const std::string& conninfo) {
+    simba::pg::ContendServiceFactory factory(conninfo, test_options("setup-mistake"));
+    simba::Locker lock(factory, unique_name("setup-mistake"), "A", lease(2000ms, 1000ms));
+    const auto t0 = SteadyClock::now();
+    std::exception_ptr error;
+    std::thread cancel([&] {
+        // A bound for the test only: a hang would otherwise hold ctest up.
+        if (!eventually([&] { return error != nullptr || SteadyClock::now() - t0 > 10s; }, 11s)) lock.release();
+    });
+    try {
+        lock.lock();
+        lock.unlock();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    const auto took = SteadyClock::now() - t0;
+    if (!error) error = std::make_exception_ptr(std::runtime_error("no error"));
+    cancel.join();
+    return {error, took};
+}
+
+template <typename E>
+void expect_error(const std::pair<std::exception_ptr, SteadyClock::duration>& got, const std::string& sqlstate,
+                  const std::string& words) {
+    try {
+        std::rethrow_exception(got.first);
+    } catch (const E& e) {
+        EXPECT_EQ(e.sqlstate(), sqlstate) << e.what();
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "wrong exception: " << e.what();
+    }
+    EXPECT_LT(got.second, 1000ms) << duration_cast<milliseconds>(got.second).count() << " ms";
+}
+
+}  // namespace
+
+TEST(LockerErrors, ExtensionMissing) {
+    auto db = admin();
+    const auto name = unique_name("noext");
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec0("CREATE DATABASE " + tx.quote_name(name));
+    }
+    expect_error<simba::ServerError>(lock_error("dbname=" + name), "42883", "simba_acquire");
+    pqxx::nontransaction tx(*db);
+    tx.exec0("DROP DATABASE " + tx.quote_name(name) + " WITH (FORCE)");
+}
+
+TEST(LockerErrors, RoleWithoutGrant) {
+    auto db = admin();
+    ungranted(*db);
+    expect_error<simba::PermissionDeniedError>(lock_error("user=regress_simba_stranger"), "42501", "permission denied");
+}
+
+TEST(LockerErrors, WrongDatabase) {
+    expect_error<simba::ConnectionError>(lock_error("dbname=simba_no_such_database"), "3D000", "simba_no_such_database");
+}
+
+TEST(LockerErrors, NoServer) {
+    // a port nothing listens on, on this machine
+    expect_error<simba::ConnectionError>(lock_error("host=127.0.0.1 port=1 connect_timeout=2"), "", "127.0.0.1");
+}
+
+TEST(LockerErrors, ATimeoutNamesTheHolder) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("timeout-names"));
+    const auto m = unique_name("timeout-names");
+    simba::Locker holder(factory, m, "the-holder", lease(5000ms, 1000ms));
+    holder.lock();
+    simba::Locker waiter(factory, m, "waiter", lease(5000ms, 1000ms));
+    try {
+        waiter.acquire(200ms);
+        ADD_FAILURE() << "no timeout";
+    } catch (const simba::TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("held by \"the-holder\" for another "), std::string::npos) << e.what();
+    }
+}

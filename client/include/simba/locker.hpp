@@ -44,7 +44,7 @@ public:
     /// Blocks until this locker owns the mutex. Throws IllegalStateError if
     /// this locker already acquired (or is acquiring): one locker, one hold.
     void acquire();
-    /// Like acquire(), but throws TimeoutError if not owner within `timeout`
+    /// Like acquire(), but throws TimeoutError (naming the holder) if not owner within `timeout`
     /// (measured on the steady clock from the call; spurious wake-ups do not
     /// shorten it). After a timeout the locker is idle and may acquire again.
     void acquire(std::chrono::milliseconds timeout);
@@ -57,8 +57,11 @@ public:
 
     // --- Lockable and TimedLockable ------------------------------------
     /// Blocks until this thread holds the lock (waits for another thread of
-    /// this process holding it first). Server errors (extension missing,
-    /// no privilege) throw their simba::Error.
+    /// this process holding it first). A setup mistake throws its
+    /// simba::Error at once (extension missing or too old: ServerError 42883
+    /// or 55000; no grant: PermissionDeniedError; no server, wrong
+    /// database or role before the factory ever connected: ConnectionError);
+    /// transient faults are retried.
     void lock();
     /// One attempt, one round trip: true if this thread now holds the lock.
     /// False at once when another thread of this process holds it, or when
@@ -97,6 +100,7 @@ private:
     bool claim(SteadyClock::time_point deadline, bool& reentered);
     void unclaim();
     static void log_release_failure(const std::exception& e);
+    std::string timeout_message(const MutexOwner& seen) const;
 
     std::shared_ptr<Contender> contender_;
     std::unique_ptr<MutexContendService> service_;
