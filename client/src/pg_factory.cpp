@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <set>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -301,6 +302,12 @@ struct ContendServiceFactory::Core final : detail::Io {
     TaskQueue tasks;        // I/O thread only
     NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
 
+    // (mutex, contender id) of every service alive: one per factory. Two
+    // with one id would be one holder to the server, sharing a lease and a
+    // fence that each believes its own.
+    std::mutex ids_m;
+    std::set<std::pair<std::string, std::string>> ids;
+
     // Commands from other threads.
     std::mutex cmd_m;
     std::deque<std::function<void()>> commands;
@@ -333,6 +340,13 @@ public:
           // service hold weak_ptrs until they come due, and must not pin
           // the whole ServiceCore meanwhile.
           svc_(new ServiceCore(std::move(contender), options)) {
+        {
+            std::lock_guard<std::mutex> lock(core_->ids_m);
+            if (!core_->ids.emplace(svc_->mutex, svc_->id).second)
+                throw IllegalStateError("this factory already has a service for mutex " + svc_->mutex +
+                                        " with contender id " + svc_->id +
+                                        ": contender ids must be unique (one id is one holder to the server)");
+        }
         core_->metrics.track(svc_);
     }
 
@@ -345,6 +359,8 @@ public:
             }
         }
         core_->metrics.untrack(svc_);
+        std::lock_guard<std::mutex> lock(core_->ids_m);
+        core_->ids.erase({svc_->mutex, svc_->id});
     }
 
     bool is_owner() const override { return svc_->is_owner_now(); }

@@ -234,3 +234,20 @@ TEST(LockerErrors, ATimeoutNamesTheHolder) {
         EXPECT_NE(std::string(e.what()).find("held by \"the-holder\" for another "), std::string::npos) << e.what();
     }
 }
+
+TEST(LockerIdentity, ASecondServiceWithTheSameIdInOneFactoryIsRefused) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("identity"));
+    const auto m = unique_name("identity");
+    simba::Locker first(factory, m, "same-id", lease(2000ms, 1000ms));
+    EXPECT_THROW(simba::Locker(factory, m, "same-id", lease(2000ms, 1000ms)), simba::IllegalStateError);
+    EXPECT_THROW(factory.create(std::make_shared<simba::MutexContender>(m, "same-id")), simba::IllegalStateError);
+    simba::Locker other_mutex(factory, m + "-other", "same-id", lease(2000ms, 1000ms));  // another mutex: fine
+    simba::Locker a(factory, m, simba::ContenderId::host());
+    simba::Locker b(factory, m, simba::ContenderId::host());  // default ids differ
+    EXPECT_NE(a.contender_id(), b.contender_id());
+    first.lock();
+    first.unlock();
+    { simba::Locker gone(factory, m + "-gone", "reused"); }
+    simba::Locker again(factory, m + "-gone", "reused");  // the first one was destroyed: allowed
+}
