@@ -52,12 +52,18 @@ void Locker::acquire(std::chrono::milliseconds timeout) {
 }
 
 bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
+    std::uint64_t cancels;
     {
         std::lock_guard<std::mutex> lock(call_mutex_);
         if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
         in_use_ = true;
         starting_ = true;
+        cancels = cancels_;
     }
+    auto cancelled = [&] {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        return cancels_ != cancels;
+    };
     const auto until = bounded ? deadline : SteadyClock::time_point::max();
     bool ok;
     std::int64_t fence = 0;
@@ -80,15 +86,21 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         // A setup mistake (no extension, no grant, no server): stop contending.
         started(true);
         try {
-            release();
+            stop_hold();
         } catch (const std::exception& e) {
             log_release_failure(e);
         }
         throw;
     }
+    // cancel() or release() from another thread stopped the service: the
+    // lock is not taken (and, stopped, not taken after they returned).
+    if (cancelled()) {
+        stop_hold();
+        throw CancelledError("lock of mutex " + mutex() + " was cancelled");
+    }
     if (!ok) {
         const auto seen = service_->state().after;
-        release();
+        stop_hold();
         if (!bounded) throw IllegalStateError("Locker for mutex " + mutex() + " was released while acquiring");
         throw TimeoutError(timeout_message(seen));
     }
@@ -97,7 +109,17 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
     return true;
 }
 
-void Locker::release() {
+void Locker::release() { cancel(); }
+
+void Locker::cancel() {
+    {
+        std::lock_guard<std::mutex> lock(call_mutex_);
+        ++cancels_;
+    }
+    stop_hold();
+}
+
+void Locker::stop_hold() {
     {
         // A start in progress (STARTING) cannot be stopped: wait for it, so
         // its lock is released below instead of taken after we return.
@@ -192,7 +214,7 @@ void Locker::unlock() {
             throw IllegalStateError("Locker for mutex " + mutex() + " is not held by this thread");
         if (--holds_ > 0) return;
     }
-    release();
+    stop_hold();
     unclaim();
 }
 

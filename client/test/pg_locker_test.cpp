@@ -251,3 +251,45 @@ TEST(LockerIdentity, ASecondServiceWithTheSameIdInOneFactoryIsRefused) {
     { simba::Locker gone(factory, m + "-gone", "reused"); }
     simba::Locker again(factory, m + "-gone", "reused");  // the first one was destroyed: allowed
 }
+
+TEST(LockerCancel, ABlockingOrBoundedLockCancelledFromAnotherThreadThrowsCancelledAndNeverTakesIt) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("cancel"));
+    const auto m = unique_name("cancel");
+    simba::Locker holder(factory, m, "holder", lease(3000ms, 1000ms));
+    holder.lock();
+    for (bool bounded : {false, true}) {
+        simba::Locker waiter(factory, m, "waiter", lease(3000ms, 1000ms));
+        std::exception_ptr error;
+        std::atomic<bool> returned{false};
+        std::thread t([&] {
+            try {
+                if (bounded) {
+                    if (waiter.try_lock_for(30s)) waiter.unlock();
+                } else {
+                    waiter.lock();
+                    waiter.unlock();
+                }
+            } catch (...) {
+                error = std::current_exception();
+            }
+            returned = true;
+        });
+        // the waiter is waiting once its service runs and the holder still holds
+        ASSERT_TRUE(eventually([&] {
+            for (const auto& x : factory.metrics().mutexes)
+                if (x.contender == "waiter" && x.mutex == m) return x.attempts > 0;
+            return false;
+        }, 5s));
+        waiter.cancel();
+        ASSERT_TRUE(eventually([&] { return returned.load(); }, 2s)) << "cancel() ends the wait";
+        t.join();
+        ASSERT_TRUE(error) << (bounded ? "try_lock_for" : "lock") << " returned without an error";
+        EXPECT_THROW(std::rethrow_exception(error), simba::CancelledError);
+        holder.unlock();
+        // the lock is free now, and the cancelled waiter never takes it
+        EXPECT_FALSE(eventually([&] { return server_owner(*db, m) == "waiter"; }, 300ms));
+        EXPECT_FALSE(waiter.is_owner());
+        holder.lock();
+    }
+}

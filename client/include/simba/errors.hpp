@@ -76,6 +76,13 @@ public:
     using Error::Error;
 };
 
+/// A wait for a lock was cancelled from another thread (Locker::cancel() or
+/// release()); the lock is not taken. An IllegalStateError, as 1.3 reported it.
+class CancelledError : public IllegalStateError {
+public:
+    using IllegalStateError::IllegalStateError;
+};
+
 /// Locker::acquire(timeout) did not get the lock in time.
 class TimeoutError : public Error {
 public:

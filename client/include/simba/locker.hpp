@@ -54,6 +54,11 @@ public:
     /// the lock is never taken after release() returned; that acquire() then
     /// throws IllegalStateError.
     void release();
+    /// Ends a hold or a wait for one, from any thread: a lock(),
+    /// try_lock_for() or acquire() waiting in another thread throws
+    /// CancelledError, and the lock is never taken after cancel() returned.
+    /// The same as release().
+    void cancel();
 
     // --- Lockable and TimedLockable ------------------------------------
     /// Blocks until this thread holds the lock (waits for another thread of
@@ -100,6 +105,8 @@ private:
     bool claim(SteadyClock::time_point deadline, bool& reentered);
     void unclaim();
     static void log_release_failure(const std::exception& e);
+    /// Stops the service (waiting out a start in progress): the hold ends.
+    void stop_hold();
     std::string timeout_message(const MutexOwner& seen) const;
 
     std::shared_ptr<Contender> contender_;
@@ -113,6 +120,7 @@ private:
     std::condition_variable claim_cv_;  // claimant_ went empty
     std::thread::id claimant_;
     int holds_ = 0;
+    std::uint64_t cancels_ = 0;  // release()/cancel() calls: a lock in progress is cancelled
     int max_hold_count_ = 1;
 };
 
