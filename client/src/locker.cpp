@@ -155,27 +155,7 @@ void Locker::unclaim() {
     claim_cv_.notify_all();
 }
 
-bool Locker::lock_until(SteadyClock::time_point deadline) {
-    bool reentered = false;
-    if (!claim(deadline, reentered)) return false;
-    if (reentered) return true;
-    bool ok = false;
-    try {
-        ok = deadline == SteadyClock::time_point::max() ? (acquire(), true) : acquire_until(deadline, true);
-    } catch (const TimeoutError&) {
-        ok = false;
-    } catch (...) {
-        unclaim();
-        throw;
-    }
-    if (!ok) {
-        unclaim();
-        return false;
-    }
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    holds_ = 1;
-    return true;
-}
+bool Locker::lock_until(SteadyClock::time_point deadline) { return claim_and_acquire(deadline, deadline); }
 
 void Locker::lock() { lock_until(SteadyClock::time_point::max()); }
 
@@ -185,13 +165,17 @@ bool Locker::try_lock() {
         std::lock_guard<std::mutex> lock(call_mutex_);
         if (claimant_ == std::this_thread::get_id() && holds_ >= max_hold_count_) return false;
     }
+    // No waiting for another thread; one round trip (the first attempt runs on this thread).
+    return claim_and_acquire(SteadyClock::now(), SteadyClock::time_point{});
+}
+
+bool Locker::claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::time_point acquire_by) {
     bool reentered = false;
-    if (!claim(SteadyClock::now(), reentered)) return false;
+    if (!claim(claim_by, reentered)) return false;
     if (reentered) return true;
     bool ok = false;
     try {
-        // One round trip: the first attempt runs on this thread.
-        ok = acquire_until(SteadyClock::time_point{}, true);
+        ok = acquire_by == SteadyClock::time_point::max() ? (acquire(), true) : acquire_until(acquire_by, true);
     } catch (const TimeoutError&) {
         ok = false;
     } catch (...) {

@@ -11,16 +11,6 @@ using namespace simba_test;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-namespace {
-
-std::string server_owner(pqxx::connection& db, const std::string& mutex) {
-    pqxx::work tx(db);
-    auto r = tx.exec_params("SELECT coalesce(owner_id, '') FROM simba_owner($1)", mutex);
-    return r[0][0].as<std::string>();
-}
-
-}  // namespace
-
 TEST(LockerLockable, UniqueLockAndLockGuardTakeAndReleaseOnTheServer) {
     auto db = admin();
     simba::pg::ContendServiceFactory factory("", test_options("lockable"));
@@ -31,15 +21,15 @@ TEST(LockerLockable, UniqueLockAndLockGuardTakeAndReleaseOnTheServer) {
         EXPECT_TRUE(hold.owns_lock());
         EXPECT_TRUE(a.is_owner());
         EXPECT_EQ(a.hold_count(), 1);
-        EXPECT_EQ(server_owner(*db, m), "A");
+        EXPECT_EQ(owner_of(*db, m), "A");
     }
-    EXPECT_EQ(server_owner(*db, m), "") << "unique_lock's unlock() released it on the server";
+    EXPECT_EQ(owner_of(*db, m), "") << "unique_lock's unlock() released it on the server";
     EXPECT_EQ(a.hold_count(), 0);
     {
         std::lock_guard<simba::Locker> guard(a);
-        EXPECT_EQ(server_owner(*db, m), "A");
+        EXPECT_EQ(owner_of(*db, m), "A");
     }
-    EXPECT_EQ(server_owner(*db, m), "");
+    EXPECT_EQ(owner_of(*db, m), "");
     EXPECT_THROW(a.unlock(), simba::IllegalStateError) << "unlock() without a hold";
 }
 
@@ -71,11 +61,11 @@ TEST(LockerLockable, ATimeoutIsFalseOnTime) {
     std::unique_lock<simba::Locker> maybe(waiter, 100ms);
     EXPECT_FALSE(maybe.owns_lock());
     EXPECT_FALSE(waiter.is_owner());
-    EXPECT_EQ(server_owner(*db, m), "holder");
+    EXPECT_EQ(owner_of(*db, m), "holder");
 
     holder.unlock();
     EXPECT_TRUE(waiter.try_lock_for(5s)) << "free: taken at once";
-    EXPECT_EQ(server_owner(*db, m), "waiter");
+    EXPECT_EQ(owner_of(*db, m), "waiter");
     waiter.unlock();
 }
 
@@ -100,9 +90,9 @@ TEST(LockerLockable, ReentrancyUpToMaxHoldCountWithOneFence) {
     EXPECT_FALSE(again.try_lock()) << "past max_hold_count: false, as std::recursive_mutex";
     again.unlock();
     again.unlock();
-    EXPECT_EQ(server_owner(*db, m), "again") << "still held once";
+    EXPECT_EQ(owner_of(*db, m), "again") << "still held once";
     again.unlock();
-    EXPECT_EQ(server_owner(*db, m), "") << "released when the count reached zero";
+    EXPECT_EQ(owner_of(*db, m), "") << "released when the count reached zero";
     EXPECT_THROW(simba::Locker(factory, m, "bad", lease(2000ms, 1000ms), 0), simba::InvalidArgumentError);
 }
 
@@ -144,8 +134,8 @@ TEST(LockerLockable, ScopedLockOverTwoLockersInOppositeOrdersNeverDeadlocks) {
     EXPECT_GT(rounds[1].load(), 0);
     std::printf("scoped_lock, %lld s: %d and %d rounds\n", static_cast<long long>(run_for.count()), rounds[0].load(),
                 rounds[1].load());
-    EXPECT_EQ(server_owner(*db, m1), "");
-    EXPECT_EQ(server_owner(*db, m2), "");
+    EXPECT_EQ(owner_of(*db, m1), "");
+    EXPECT_EQ(owner_of(*db, m2), "");
 }
 
 // ------------------------------------------------------------ setup mistakes
@@ -288,7 +278,7 @@ TEST(LockerCancel, ABlockingOrBoundedLockCancelledFromAnotherThreadThrowsCancell
         EXPECT_THROW(std::rethrow_exception(error), simba::CancelledError);
         holder.unlock();
         // the lock is free now, and the cancelled waiter never takes it
-        EXPECT_FALSE(eventually([&] { return server_owner(*db, m) == "waiter"; }, 300ms));
+        EXPECT_FALSE(eventually([&] { return owner_of(*db, m) == "waiter"; }, 300ms));
         EXPECT_FALSE(waiter.is_owner());
         holder.lock();
     }

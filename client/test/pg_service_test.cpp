@@ -22,16 +22,6 @@ using simba::MutexState;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-namespace {
-
-std::string owner_of(pqxx::connection& c, const std::string& mutex) {
-    pqxx::nontransaction tx(c);
-    auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", mutex);
-    return r[0].is_null() ? std::string() : r[0].as<std::string>();
-}
-
-}  // namespace
-
 // ------------------------------------------------------------------ roles
 
 TEST(Roles, AnotherRoleWithTheSameIdNeverOwnsWhileTheHolderDoes) {

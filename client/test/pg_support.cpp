@@ -53,6 +53,12 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     return true;
 }
 
+std::string owner_of(pqxx::connection& c, const std::string& mutex) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", mutex);
+    return r[0].is_null() ? std::string() : r[0].as<std::string>();
+}
+
 std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root) {
     {
         pqxx::nontransaction tx(root);

@@ -43,6 +43,9 @@ private:
     std::string quoted_;
 };
 
+/// The mutex's owner id on the server now ("" when free).
+std::string owner_of(pqxx::connection& c, const std::string& mutex);
+
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);
 

@@ -99,6 +99,8 @@ private:
     struct Contender;
     bool acquire_until(SteadyClock::time_point deadline, bool bounded);
     bool lock_until(SteadyClock::time_point deadline);
+    /// claim() by `claim_by`, then acquire by `acquire_by` (max(): no bound).
+    bool claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::time_point acquire_by);
     /// Waits until no other thread of this process holds or takes the lock,
     /// then claims it for this one; false when `deadline` passed first. True
     /// with `reentered` when this thread already held it.
