@@ -201,6 +201,14 @@ struct RunResult {
     long samples = 0;
     long torn = 0;
     int same_fence_again = 0;  // on_acquired twice with one fence in one service
+    struct OwnerHit {
+        std::int64_t fence;  // the holder's tenure when the fault hit it
+        int kind;
+        std::size_t fault;   // index in fault_at
+    };
+    std::vector<OwnerHit> owner_hits;
+    int ended_by[3] = {0, 0, 0};     // of those, tenures that ended before the next fault
+    int moved_after[3] = {0, 0, 0};  // ... and whose next grant went to another service
     std::int64_t min_slack_us = std::numeric_limits<std::int64_t>::max();  // claim end to server end
     std::vector<std::string> violations;
 };
@@ -244,7 +252,22 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
     for (auto& s : services) s->start();
     std::mt19937_64 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    auto restart = [&](std::size_t i) {
+    // The server's tenure when a fault hit its holder: (fence, kind).
+    auto server_owner = [&]() -> std::pair<std::int64_t, std::string> {
+        pqxx::nontransaction tx(db);
+        auto r = tx.exec_params1("SELECT fence, owner_id FROM simba_owner($1)", m);
+        if (r[1].is_null()) return {0, {}};
+        return {r[0].as<std::int64_t>(), r[1].as<std::string>()};
+    };
+    std::vector<std::int64_t> fault_at;  // boot clock, microseconds
+    auto hit = [&](std::size_t i, int kind) {
+        auto [fence, owner] = server_owner();
+        fault_at.push_back(us(SteadyClock::now()));
+        if (!owner.empty() && owner == recorders[i]->contender_id())
+            res.owner_hits.push_back(RunResult::OwnerHit{fence, kind, fault_at.size() - 1});
+    };
+    auto restart = [&](std::size_t i, int kind) {
+        hit(i, kind);
         if (services[i]->running()) services[i]->stop();
         services[i]->start();
     };
@@ -254,11 +277,13 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
         const int kind = uniform(0, 2);
         ++res.faults[kind];
         if (kind == 0) {
-            restart(static_cast<std::size_t>(uniform(0, n - 1)));
+            restart(static_cast<std::size_t>(uniform(0, n - 1)), kind);
         } else if (kind == 1) {
+            const auto i = static_cast<std::size_t>(uniform(0, n - 1));
+            hit(i, kind);
             pqxx::nontransaction tx(db);
             tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-                           apps[static_cast<std::size_t>(uniform(0, n - 1))]);
+                           apps[i]);
         } else {
             // The current owner by its own claim, else by the server's.
             int owner = -1;
@@ -270,7 +295,7 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
                 for (int i = 0; i < n && !r[0].is_null(); ++i)
                     if (recorders[static_cast<std::size_t>(i)]->contender_id() == r[0].as<std::string>()) owner = i;
             }
-            restart(static_cast<std::size_t>(owner >= 0 ? owner : uniform(0, n - 1)));
+            restart(static_cast<std::size_t>(owner >= 0 ? owner : uniform(0, n - 1)), kind);
         }
     }
     for (auto& s : services)
@@ -280,6 +305,7 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
 
     // ---- the judgment
     const auto offset = calibrate(db);
+    auto latest_end = [&](std::int64_t server) { return server - offset.lo; };
     const auto tenures = server_tenures(db, m);
     const auto grants = history_grants(db, m);
     std::map<std::int64_t, std::string> granted;
@@ -289,6 +315,16 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
         ++res.grants;
         if (!prev.empty() && owner != prev) ++res.moves;
         prev = owner;
+    }
+    const auto stopped_at = us(SteadyClock::now());
+    for (const auto& h : res.owner_hits) {
+        auto holder = granted.find(h.fence);
+        auto t = tenures.find(h.fence);
+        const auto until = h.fault + 1 < fault_at.size() ? fault_at[h.fault + 1] : stopped_at;
+        if (holder == granted.end() || t == tenures.end() || latest_end(t->second.end) >= until) continue;
+        ++res.ended_by[h.kind];
+        auto next = granted.upper_bound(h.fence);
+        if (next != granted.end() && next->second != holder->second) ++res.moved_after[h.kind];
     }
     // Server time carried onto the boot clock: the latest and the earliest
     // it may be (the calibration error goes to the client).
@@ -406,11 +442,16 @@ TEST(Ownership, FourFactoriesUnderFaultsNeverTwoOwners) {
         const int f = r.faults[0] + r.faults[1] + r.faults[2];
         faults += f;
         moves += r.moves;
+        int hits[3] = {0, 0, 0};
+        for (auto& h : r.owner_hits) ++hits[h.kind];
         std::printf("run %d (seed %" PRIu64 "): %d faults (%d restarts, %d kills, %d owner restarts), %d grants, "
-                    "%d moves, %ld samples, %ld torn, %d same-fence re-acquisitions, closest claim %s before the "
-                    "server's end, %zu violations\n",
-                    run, seed, f, r.faults[0], r.faults[1], r.faults[2], r.grants, r.moves, r.samples, r.torn,
-                    r.same_fence_again, fmt_ms(r.min_slack_us).c_str(), r.violations.size());
+                    "%d moves; faults that hit the holder / ended its tenure / moved it: restarts %d/%d/%d, kills "
+                    "%d/%d/%d, owner restarts %d/%d/%d; %ld samples, %ld torn, %d same-fence re-acquisitions, "
+                    "closest claim %s before the server's end, %zu violations\n",
+                    run, seed, f, r.faults[0], r.faults[1], r.faults[2], r.grants, r.moves, hits[0], r.ended_by[0],
+                    r.moved_after[0], hits[1], r.ended_by[1], r.moved_after[1], hits[2], r.ended_by[2],
+                    r.moved_after[2], r.samples, r.torn, r.same_fence_again, fmt_ms(r.min_slack_us).c_str(),
+                    r.violations.size());
         std::fflush(stdout);
         for (std::size_t i = 0; i < r.violations.size() && i < 20; ++i)
             ADD_FAILURE() << "run " << run << " (seed " << seed << "): " << r.violations[i];
