@@ -39,6 +39,11 @@ void Contention::stop(const ServicePtr& svc) {
     // Released by id whenever it may hold the lease, including when a
     // grant's reply was lost: contenders then need not wait a lease out.
     bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
+    // The tenure ends here first: once the release commits, a waiter can be
+    // granted the mutex (the NOTIFY wakes it in about a millisecond) while
+    // this thread has yet to read the release's reply; a claim that lasted
+    // until then would overlap the next holder's (issue 23).
+    events_.end_locally(svc);
     if (might_own && conn_.up()) {
         try {
             auto watch = watchdog_.watch(conn_.stmt().sock());
@@ -57,7 +62,6 @@ void Contention::stop(const ServicePtr& svc) {
         log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
                                    " while disconnected: the lease will lapse on the server");
     }
-    events_.end_locally(svc);
     svc->last = MutexOwner::none(svc->mutex);
     svc->unknown = false;
     update_statement_timeout();
