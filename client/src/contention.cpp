@@ -15,7 +15,7 @@ void Contention::start(const ServicePtr& svc, bool here) {
     {
         std::lock_guard<std::mutex> lock(svc->m);
         svc->active = true;
-        svc->lease.start();
+        svc->ownership.start();
         svc->wait_since = SteadyClock::now();
     }
     svc->notified_at = {};
@@ -132,7 +132,7 @@ milliseconds Contention::retry_delay(const ServicePtr& svc) const {
 SteadyClock::time_point Contention::serves_until(const ServicePtr& svc, bool renewing) {
     if (!renewing) return SteadyClock::time_point::max();
     std::lock_guard<std::mutex> lock(svc->m);
-    return svc->lease.deadline();
+    return svc->ownership.deadline();
 }
 
 void Contention::attempt(const ServicePtr& svc, bool renewing) {

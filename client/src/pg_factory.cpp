@@ -11,7 +11,7 @@
 //    (service_events.*), so a statement stuck on the I/O thread can never
 //    keep a stale owner alive; it also runs the statement watchdog.
 //
-// Ownership is decided by one state machine per service (lease.hpp):
+// Ownership is decided by one state machine per service (ownership.hpp):
 // deadline = boot-clock time the granting request was SENT
 //            + (transition_at - current_at) from its reply - margin.
 //
@@ -351,12 +351,12 @@ public:
 
     std::int64_t fence() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->lease.fence(SteadyClock::now());
+        return svc_->ownership.fence(SteadyClock::now());
     }
 
     MutexState state() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->lease.reported();
+        return svc_->ownership.reported();
     }
 
 protected:
@@ -380,11 +380,11 @@ protected:
         // Status read under m: stop() leaves RUNNING before it counts itself
         // under m, so a stop cannot slip between this check and the wait.
         const auto st = status();
-        if (st == Status::INITIAL || st == Status::STOPPING) return svc_->lease.owns(SteadyClock::now());
+        if (st == Status::INITIAL || st == Status::STOPPING) return svc_->ownership.owns(SteadyClock::now());
         const auto stops = svc_->stops;
         simba::wait_until(svc_->owner_cv, lock, until,
-                          [&] { return svc_->stops != stops || svc_->lease.owns(SteadyClock::now()); });
-        return svc_->lease.owns(SteadyClock::now());
+                          [&] { return svc_->stops != stops || svc_->ownership.owns(SteadyClock::now()); });
+        return svc_->ownership.owns(SteadyClock::now());
     }
 
     void stop_contend() override {

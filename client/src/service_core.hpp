@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lease.hpp"
+#include "ownership.hpp"
 #include "metrics_cell.hpp"
 #include "notify_gate.hpp"
 #include "simba/contend_period.hpp"
@@ -26,7 +26,7 @@ struct ServiceCore {
           mutex(contender->mutex()),
           options(o),
           period(id, o.jitter),
-          lease(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
+          ownership(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
 
     std::shared_ptr<MutexContender> contender;
     const std::string id;
@@ -37,7 +37,7 @@ struct ServiceCore {
     // Guarded by m.
     mutable std::mutex m;
     bool active = false;         // callbacks may be emitted
-    simba::detail::Lease lease;  // ownership: the one place it is decided (lease.hpp)
+    simba::detail::Ownership ownership;  // the one place it is decided (ownership.hpp)
     // Callbacks not yet run, oldest first: rarely more than one, and a
     // std::deque would allocate its first 512-byte block for every service.
     std::vector<std::function<void()>> pending;
@@ -63,7 +63,7 @@ struct ServiceCore {
 
     bool is_owner_now() const {
         std::lock_guard<std::mutex> lock(m);
-        return lease.owns(SteadyClock::now());
+        return ownership.owns(SteadyClock::now());
     }
 
     /// ttl + transition: the lease one grant gives.

@@ -1,4 +1,4 @@
-// The ownership state machine (src/lease.hpp) driven by a fake clock: every
+// The ownership state machine (src/ownership.hpp) driven by a fake clock: every
 // ordering of replies the I/O loop can produce, then thousands of random
 // sequences checked against the rule "owner only before send time + lease -
 // margin of a reply that proved it".
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "lease.hpp"
+#include "ownership.hpp"
 
 using namespace simba;
-using simba::detail::Lease;
+using simba::detail::Ownership;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
@@ -40,8 +40,8 @@ MutexOwner reply(const std::string& id, std::int64_t fence, std::int64_t sent_ms
 }
 MutexOwner free_reply(std::int64_t sent_ms) { return reply("", 0, sent_ms); }
 
-Lease started() {
-    Lease l("m", "me", kMargin);
+Ownership started() {
+    Ownership l("m", "me", kMargin);
     l.start();
     return l;
 }
@@ -224,7 +224,7 @@ TEST(Lease, RandomSequencesKeepTheRule) {
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
     std::int64_t callbacks = 0, acquisitions = 0;
     for (int run = 0; run < runs; ++run) {
-        Lease l("m", "me", kMargin);
+        Ownership l("m", "me", kMargin);
         Model model;
         std::int64_t now_ms = 0, server_fence = 0, our_fence = 0, last_fence = 0;
         std::deque<std::int64_t> in_flight;  // send times; one connection answers in order
@@ -234,7 +234,7 @@ TEST(Lease, RandomSequencesKeepTheRule) {
         for (int step = 0; step < steps; ++step) {
             now_ms += pick(4) == 0 ? pick(1500) : pick(200);
             const auto now = at(now_ms);
-            Lease::Change c;
+            Ownership::Change c;
             switch (pick(9)) {
                 case 0: l.start(), model.running = true; break;
                 case 1: c = l.stop(now), model.running = false, model.hold = false; break;

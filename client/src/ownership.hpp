@@ -23,7 +23,7 @@ namespace simba::detail {
 /// per million of the lease, so a long lease is as safe as a short one.
 SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm);
 
-class Lease {
+class Ownership {
 public:
     /// What a step changed; the caller turns it into callbacks and metrics.
     struct Change {
@@ -35,7 +35,7 @@ public:
         SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
     };
 
-    Lease(std::string mutex, std::string id, SteadyClock::duration margin);
+    Ownership(std::string mutex, std::string id, SteadyClock::duration margin);
 
     /// Contention begins: replies count from now on.
     void start();

@@ -1,4 +1,4 @@
-#include "lease.hpp"
+#include "ownership.hpp"
 
 #include <algorithm>
 
@@ -8,15 +8,15 @@ SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::dur
     return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
 }
 
-Lease::Lease(std::string mutex, std::string id, SteadyClock::duration margin)
+Ownership::Ownership(std::string mutex, std::string id, SteadyClock::duration margin)
     : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin) {
     reported_.before = MutexOwner::none(mutex_, SteadyClock::time_point{});
     reported_.after = reported_.before;
 }
 
-void Lease::start() { running_ = true; }
+void Ownership::start() { running_ = true; }
 
-void Lease::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
+void Ownership::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
     MutexState st{tenure_, std::move(after)};
     holding_ = false;
     reported_ = st;
@@ -24,20 +24,20 @@ void Lease::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost
     c.lost_at = lost_at;
 }
 
-Lease::Change Lease::expire(SteadyClock::time_point now) {
+Ownership::Change Ownership::expire(SteadyClock::time_point now) {
     Change c;
     if (holding_ && now >= deadline_) end_tenure(c, MutexOwner::none(mutex_, now), deadline_);
     return c;
 }
 
-Lease::Change Lease::stop(SteadyClock::time_point now) {
+Ownership::Change Ownership::stop(SteadyClock::time_point now) {
     Change c;
     running_ = false;
     if (holding_) end_tenure(c, MutexOwner::none(mutex_, now), std::min(now, deadline_));
     return c;
 }
 
-Lease::Change Lease::reply(const MutexOwner& after, SteadyClock::time_point now) {
+Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_point now) {
     Change c = expire(now);  // never bridge a gap with a late reply
     if (!running_) return c;
     if (!after.is_owner(id_)) {
