@@ -60,19 +60,28 @@ Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_po
         c.renewed = true;
         return c;
     }
-    if (holding_) end_tenure(c, after, now);  // the same id took a new tenure: the old one ended
+    MutexOwner before = reported_.after;
+    if (holding_) {  // the server names another fence of ours: the held tenure is over
+        before = tenure_;
+        end_tenure(c, after, now);
+    }
+    if (after.fence <= claimed_fence_) {
+        // A tenure that ended here (at its deadline, by stop()) is over for
+        // good, whatever the server still counts: its fence is not claimed
+        // again. The caller gives it back and contends for a new one.
+        c.disowned = true;
+        return c;
+    }
     if (deadline <= now) {
         c.too_late = true;
         return c;
     }
-    MutexState st{reported_.after, after};
-    // The same tenure proven again after a gap is still a change of hands for
-    // the application (on_released came first).
-    if (st.before.is_owner(id_) && st.before.fence == after.fence)
-        st.before = MutexOwner::none(mutex_, st.before.anchor);
+    MutexState st{std::move(before), after};
     holding_ = true;
     deadline_ = deadline;
     tenure_ = after;
+    acquired_at_ = after.acquired_at;
+    claimed_fence_ = after.fence;
     reported_ = st;
     c.acquired = std::move(st);
     return c;

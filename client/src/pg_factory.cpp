@@ -347,11 +347,9 @@ public:
         core_->metrics.untrack(svc_);
     }
 
-    bool is_owner() const override { return svc_->is_owner_now(); }
-
-    std::int64_t fence() const override {
+    std::optional<Lease> lease() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->ownership.fence(SteadyClock::now());
+        return svc_->ownership.lease(SteadyClock::now());
     }
 
     MutexState state() const override {

@@ -54,6 +54,7 @@ struct ServiceCore {
     bool io_active = false;
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
     bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
+    bool disowned = false;       // the server counts a tenure that ended here: released before the next attempt
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).

@@ -79,18 +79,23 @@ void ServiceEvents::check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyC
         "lease of " + s->id + " on mutex " + s->mutex + " reached its deadline without a renewal: released");
 }
 
-bool ServiceEvents::apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after) {
-    bool in_time;
+simba::detail::Ownership::Change ServiceEvents::apply(const ServicePtr& svc, const MutexOwner& prev,
+                                                      const MutexOwner& after) {
+    simba::detail::Ownership::Change change;
     {
         std::lock_guard<std::mutex> lock(svc->m);
-        const auto change = svc->ownership.reply(after, SteadyClock::now());
+        change = svc->ownership.reply(after, SteadyClock::now());
         report(svc, change, true, &prev);
-        in_time = !change.too_late;
     }
-    if (!in_time)
+    // Logged outside the lock: the log handler is user code.
+    if (change.too_late)
         log(LogLevel::warning, "acquire reply for " + svc->id + " on mutex " + svc->mutex +
                                    " arrived after its lease deadline; not reporting ownership");
-    return in_time;
+    if (change.disowned)
+        log(LogLevel::warning, "the server still counts fence " + std::to_string(after.fence) + " of " + svc->id +
+                                   " on mutex " + svc->mutex +
+                                   ", a tenure that already ended here: giving it back (a new tenure gets a new fence)");
+    return change;
 }
 
 void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost,

@@ -17,9 +17,10 @@ class ServiceEvents {
 public:
     explicit ServiceEvents(Executor& executor) : executor_(executor) {}
 
-    /// A reply from the server for `svc` (I/O thread); false if it was a
-    /// grant that came too late to be proven (logged).
-    bool apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after);
+    /// A reply from the server for `svc` (I/O thread): the step it was. A
+    /// grant that came too late to be proven and a tenure disowned (see
+    /// ownership.hpp) are logged; the caller acts on the latter.
+    simba::detail::Ownership::Change apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after);
     /// Turns an Ownership step into callbacks and metrics (caller holds svc->m).
     /// `lost`: a release the contender did not ask for; `prev`: the owner
     /// seen before a reply (the previous holder, for the handoff latency).

@@ -52,12 +52,29 @@ std::int64_t us(SteadyClock::time_point t) { return duration_cast<microseconds>(
 /// [t0, t1] (boot clock, microseconds).
 struct Sample {
     std::int64_t t0 = 0, t1 = 0;
-    bool claim = false;       ///< it reported itself owner
-    std::int64_t fence = 0;   ///< of the claimed tenure
-    bool torn = false;        ///< is_owner() and fence() read apart disagreed
+    bool claim = false;         ///< it reported itself owner
+    std::int64_t fence = 0;     ///< of the claimed tenure
+    std::int64_t deadline = 0;  ///< the claimed lease's local deadline (lease() reads only)
+    bool torn = false;          ///< is_owner() and fence() read apart disagreed
 };
 
-Sample sample(const MutexContendService& s) {
+/// The snapshot: lease(), one read of fence, grant and deadline together.
+Sample sample_lease(const MutexContendService& s) {
+    Sample x;
+    x.t0 = us(SteadyClock::now());
+    const auto l = s.lease();
+    x.t1 = us(SteadyClock::now());
+    x.claim = l.has_value();
+    if (l) {
+        x.fence = l->fence;
+        x.deadline = us(l->deadline);
+    }
+    return x;
+}
+
+/// The report's way: fence(), is_owner(), fence(). Apart, they can see a
+/// tenure begin or end between two calls; counted (torn), not judged.
+Sample sample_calls(const MutexContendService& s) {
     Sample x;
     x.t0 = us(SteadyClock::now());
     const auto f1 = s.fence();
@@ -66,8 +83,6 @@ Sample sample(const MutexContendService& s) {
     x.t1 = us(SteadyClock::now());
     x.claim = owner;
     x.fence = f1 == f2 ? f1 : (f2 != 0 ? f2 : f1);
-    // Within one read the three calls should agree: an owner with fence 0,
-    // a fence for a non-owner, or two fences.
     x.torn = owner ? (f1 != f2 || f1 == 0) : (f1 != 0 || f2 != 0);
     return x;
 }
@@ -78,6 +93,8 @@ struct Segment {
     std::int64_t first_t0 = 0, first_t1 = 0, last_t0 = 0, last_t1 = 0;
     long samples = 0;
     long torn = 0;
+    std::int64_t deadline = 0;  // the latest deadline lease() showed
+    bool past_deadline = false;  // lease() returned a lease whose deadline had passed before the call
 };
 
 struct Watched {
@@ -94,7 +111,7 @@ struct Watched {
             return;
         }
         if (!open || segments.back().fence != x.fence) {
-            segments.push_back(Segment{x.fence, x.t0, x.t1, x.t0, x.t1, 0, 0});
+            segments.push_back(Segment{x.fence, x.t0, x.t1, x.t0, x.t1, 0, 0, 0, false});
             open = true;
         }
         auto& s = segments.back();
@@ -102,6 +119,10 @@ struct Watched {
         s.last_t1 = x.t1;
         ++s.samples;
         s.torn += x.torn;
+        if (x.deadline != 0) {
+            s.deadline = std::max(s.deadline, x.deadline);
+            s.past_deadline = s.past_deadline || x.deadline <= x.t0;
+        }
     }
 };
 
@@ -242,8 +263,10 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
     std::atomic<bool> sampling{true};
     std::thread sampler([&] {
         auto next = SteadyClock::now();
-        while (sampling.load()) {
-            for (int i = 0; i < n; ++i) watched[static_cast<std::size_t>(i)].add(sample(*services[static_cast<std::size_t>(i)]));
+        for (long sweep = 0; sampling.load(); ++sweep) {
+            // Mostly the snapshot; every fourth sweep the report's three calls.
+            for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+                watched[i].add(sweep % 4 == 3 ? sample_calls(*services[i]) : sample_lease(*services[i]));
             next += microseconds(200);
             std::this_thread::sleep_until(next);
         }
@@ -359,6 +382,11 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
             if (seg.first_t1 < earliest(t->second.start))
                 res.violations.push_back(where.str() + " " + fmt_ms(earliest(t->second.start) - seg.first_t1) +
                                          " before the server granted it");
+            if (seg.past_deadline) res.violations.push_back(where.str() + ": lease() returned it past its deadline");
+            if (!t->second.released && seg.deadline > latest(t->second.end))
+                res.violations.push_back(where.str() + ": lease() showed a deadline " +
+                                         fmt_ms(seg.deadline - latest(t->second.end)) +
+                                         " past the server's end of the tenure (its lease lapsed)");
             const auto slack = latest(t->second.end) - seg.last_t0;
             res.min_slack_us = std::min(res.min_slack_us, slack);
             if (slack < 0)
@@ -396,7 +424,11 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
             if (g == granted.end() || g->second != id)
                 res.violations.push_back("service " + std::to_string(i) + ": on_acquired with fence " +
                                          std::to_string(f) + ", not granted to it");
-            if (!fences.insert(f).second) ++res.same_fence_again;
+            if (!fences.insert(f).second) {
+                ++res.same_fence_again;
+                res.violations.push_back("service " + std::to_string(i) + ": fence " + std::to_string(f) +
+                                         " reported by two on_acquired (each tenure has its own fence)");
+            }
         }
         if (!expect_acquired) res.violations.push_back("service " + std::to_string(i) + ": on_released missing after stop");
     }
