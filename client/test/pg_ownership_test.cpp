@@ -2,7 +2,8 @@
 // process contend for one mutex (lease 300 ms + 150 ms) while, every
 // 150-500 ms, a random service is stopped and restarted, a factory's
 // backends are terminated, or the current owner is stopped and restarted; a
-// sampler reads every service's ownership every 200 us.
+// sampler reads every service's ownership every 200 us: lease(), the
+// snapshot, and every fourth sweep the report's fence(), is_owner(), fence().
 //
 // The judgment is about real safety, from the client's own claims and the
 // server's own record:
@@ -14,9 +15,16 @@
 //    onto the client's boot clock exactly (simba's clock counts the same
 //    CLOCK_BOOTTIME) up to a measured calibration error, which is always
 //    given to the client;
+//  - no deadline lease() showed lies past the server's end of a tenure that
+//    lapsed, and lease() never returns a tenure past its deadline;
 //  - no two services claim at overlapping times;
-//  - the callbacks alternate per service and every on_acquired reports a
-//    fence granted to it.
+//  - the callbacks alternate per service, every on_acquired reports a fence
+//    granted to it, and no fence twice (each tenure its own).
+//
+// On the 1.4 client before issue 23's fix every run failed: stop() sent the
+// release before it ended the tenure, and the stopping service still
+// claimed its fence for up to 4 ms after the release, while the next holder
+// was granted the mutex and claimed it too.
 //
 // SIMBA_OWNERSHIP_RUNS (default 4) and SIMBA_OWNERSHIP_SECONDS (default 10)
 // set how many runs and how long each lasts: CI runs the default (about
