@@ -499,3 +499,57 @@ TEST(Ownership, FourFactoriesUnderFaultsNeverTwoOwners) {
     }
     std::printf("%d of %d runs with violations; %d ownership moves over %d faults\n", failed, runs, moves, faults);
 }
+
+// The defect the scenario found, on its own: stop() must end the tenure
+// before it sends the release. A trigger holds the release inside the
+// server for 500 ms (the row still names the holder): the stopping service
+// must already say it is not owner, and its on_released must already have
+// been queued. Before the fix is_owner() stayed true until the release's
+// reply came back, after the row was free for the next holder.
+TEST(Ownership, StopEndsTheTenureBeforeItsReleaseReachesTheServer) {
+    auto root = admin();
+    ScratchDatabase scratch(*root, "stop-order");
+    auto db = admin(scratch.conninfo());
+    const auto m = unique_name("stop-order");
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec0("CREATE FUNCTION public.regress_slow_release() RETURNS trigger LANGUAGE plpgsql"
+                 " SET search_path = pg_catalog AS $$ BEGIN"
+                 "  IF NEW.mutex = " + tx.quote(m) + " AND NEW.owner_id IS NULL AND OLD.owner_id IS NOT NULL THEN"
+                 "    PERFORM pg_sleep(0.5);"
+                 "  END IF; RETURN NEW; END $$");
+        tx.exec0("CREATE TRIGGER regress_slow_release BEFORE UPDATE ON simba_mutex FOR EACH ROW"
+                 " EXECUTE FUNCTION public.regress_slow_release()");
+    }
+    auto opts = test_options("stop-order");
+    simba::pg::ContendServiceFactory factory(scratch.conninfo(), opts);
+    auto rec = std::make_shared<Recorder>(m, "holder");
+    auto s = factory.create(rec, lease(5000ms, 2000ms));
+    s->start();
+    ASSERT_TRUE(rec->wait([](auto& ev) { return ev.size() == 1; }, 10s));
+    ASSERT_TRUE(s->is_owner());
+    std::thread stopper([&] { s->stop(); });
+    // The release is in the server, held by the trigger: the row still names us.
+    const bool in_release = eventually(
+        [&] {
+            pqxx::nontransaction tx(*db);
+            return tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+                                   " AND wait_event = 'PgSleep'",
+                                   opts.application_name)[0]
+                       .as<int>() == 1;
+        },
+        5000ms);
+    bool owner_during_release = true, server_still_ours = false;
+    if (in_release) {
+        owner_during_release = s->is_owner() || s->lease().has_value();
+        pqxx::nontransaction tx(*db);
+        auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", m);
+        server_still_ours = !r[0].is_null() && r[0].as<std::string>() == "holder";
+    }
+    stopper.join();
+    ASSERT_TRUE(in_release) << "the release never reached the trigger";
+    EXPECT_TRUE(server_still_ours) << "the release committed before the check: the test proves nothing";
+    EXPECT_FALSE(owner_during_release) << "the stopping service still claimed a tenure its release was ending";
+    EXPECT_EQ(rec->released_count(), 1);
+    EXPECT_FALSE(s->is_owner());
+}
