@@ -217,7 +217,7 @@ bool Connections::step_listen(short revents, std::vector<std::string>& payloads)
 
 SteadyClock::time_point Connections::next_wake() const {
     auto t = listen_.next_step(options_.listen_ping_interval);
-    if (!up_) t = std::min(t, next_connect_);
+    if (!up_) t = std::min(t, next_connect_.load());
     if (up_ && !listen_info_.empty() && !listen_.is_open()) t = std::min(t, listen_retry_at_);
     return t;
 }

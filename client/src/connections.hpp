@@ -42,7 +42,7 @@ public:
     bool connect(std::unique_lock<std::mutex>& io_lock);
     [[nodiscard]] bool up() const { return up_; }
     /// Time for the next connect attempt (while down).
-    [[nodiscard]] bool connect_due(SteadyClock::time_point now) const { return !up_ && now >= next_connect_; }
+    [[nodiscard]] bool connect_due(SteadyClock::time_point now) const { return !up_ && now >= next_connect_.load(); }
     pqxx::connection& stmt() { return *stmt_; }
     /// Logs a failed statement; returns true (and drops both connections,
     /// reconnecting after the backoff) if the connection is lost.
@@ -104,8 +104,11 @@ private:
     std::thread::id io_id_;
 
     std::unique_ptr<pqxx::connection> stmt_;
-    bool up_ = false;
-    SteadyClock::time_point next_connect_{};
+    // Written under io_m, by the I/O thread or by a caller's round trip that
+    // lost the connection (drop()); atomic because the I/O thread also reads
+    // them in next_wake() while it sleeps in poll() without io_m.
+    std::atomic<bool> up_{false};
+    std::atomic<SteadyClock::time_point> next_connect_{SteadyClock::time_point{}};
     std::chrono::milliseconds backoff_;
     std::minstd_rand jitter_rng_;
     std::atomic<std::int64_t> stmt_timeout_ms_;

@@ -15,12 +15,13 @@ void Contention::start(const ServicePtr& svc, bool here) {
     {
         std::lock_guard<std::mutex> lock(svc->m);
         svc->active = true;
-        svc->lease.start();
+        svc->ownership.start();
         svc->wait_since = SteadyClock::now();
     }
     svc->notified_at = {};
     svc->notify = {};
     svc->unknown = false;
+    svc->disowned = false;  // stop() released it
     svc->io_active = true;
     svc->last = MutexOwner::none(svc->mutex);
     registry_.add(svc);
@@ -39,17 +40,16 @@ void Contention::stop(const ServicePtr& svc) {
     // Released by id whenever it may hold the lease, including when a
     // grant's reply was lost: contenders then need not wait a lease out.
     bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
+    // The tenure ends here first: once the release commits, a waiter can be
+    // granted the mutex (the NOTIFY wakes it in about a millisecond) while
+    // this thread has yet to read the release's reply; a claim that lasted
+    // until then would overlap the next holder's (issue 23).
+    events_.end_locally(svc);
     if (might_own && conn_.up()) {
         try {
-            auto watch = watchdog_.watch(conn_.stmt().sock());
-            pqxx::nontransaction tx(conn_.stmt());
-            bool released = (options_.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
-                                             : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
-                                .as<bool>();
             // false: the lease had ended (expired or taken over) before this release.
+            const bool released = release(svc, "release");
             MetricsCell::inc(released ? svc->metrics->released : svc->metrics->late_releases);
-            log(LogLevel::debug, "release of " + svc->mutex + " by " + svc->id + ": " +
-                                     (released ? "released" : "was not owner"));
         } catch (const std::exception& e) {
             conn_.statement_failed(e, "release of mutex " + svc->mutex);
         }
@@ -57,10 +57,44 @@ void Contention::stop(const ServicePtr& svc) {
         log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
                                    " while disconnected: the lease will lapse on the server");
     }
-    events_.end_locally(svc);
     svc->last = MutexOwner::none(svc->mutex);
     svc->unknown = false;
+    svc->disowned = false;
     update_statement_timeout();
+}
+
+/// simba_release by the service's id (throws what the statement throws):
+/// whether a live tenure of that id was released.
+bool Contention::release(const ServicePtr& svc, const char* what) {
+    auto watch = watchdog_.watch(conn_.stmt().sock());
+    pqxx::nontransaction tx(conn_.stmt());
+    const bool released = (options_.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
+                                           : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
+                              .as<bool>();
+    log(LogLevel::debug, std::string(what) + " of " + svc->mutex + " by " + svc->id + ": " +
+                             (released ? "released" : "was not owner"));
+    return released;
+}
+
+/// Gives back a tenure the server still counts but that ended here (loss is
+/// final: ownership.hpp), so that the next attempt contends for a new one.
+/// Releasing by id is exact: this service's attempts run one at a time on
+/// this thread, so the only live tenure its id can have is that one. False
+/// if the release failed (the attempt waits).
+bool Contention::give_back(const ServicePtr& svc) {
+    try {
+        release(svc, "give-back");
+        conn_.statement_ok();
+        svc->disowned = false;
+        return true;
+    } catch (const std::exception& e) {
+        // Lost connection: everything attempts again on reconnect, and
+        // `disowned` stays until a release succeeds.
+        if (!conn_.statement_failed(e, "release of a tenure of " + svc->id + " on mutex " + svc->mutex +
+                                           " that ended here"))
+            retry_later(svc, false);
+        return false;
+    }
 }
 
 void Contention::run_due(SteadyClock::time_point now) {
@@ -111,8 +145,13 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
     if (!prev.same_tenure(o)) svc->notify.news();  // a NOTIFY now is likely a real release too
     svc->last = o;
     svc->unknown = false;
-    events_.apply(svc, prev, o);
+    const auto change = events_.apply(svc, prev, o);
     auto now = SteadyClock::now();
+    if (change.disowned) {
+        svc->disowned = true;  // given back at the next attempt, right away
+        schedule(svc, now);
+        return;
+    }
     schedule(svc, now + svc->period.ensure_next_delay(o, now));
 }
 
@@ -132,10 +171,11 @@ milliseconds Contention::retry_delay(const ServicePtr& svc) const {
 SteadyClock::time_point Contention::serves_until(const ServicePtr& svc, bool renewing) {
     if (!renewing) return SteadyClock::time_point::max();
     std::lock_guard<std::mutex> lock(svc->m);
-    return svc->lease.deadline();
+    return svc->ownership.deadline();
 }
 
 void Contention::attempt(const ServicePtr& svc, bool renewing) {
+    if (svc->disowned && !give_back(svc)) return;
     auto anchor = SteadyClock::now();
     metrics_.count_statement(1);
     try {
@@ -171,7 +211,9 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
 void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
     // A service whose last attempt failed goes alone: a persistent error (a
     // trigger, a grant) must not fail every batch it would join.
-    auto solo = std::stable_partition(batch.begin(), batch.end(), [](const ServicePtr& s) { return !s->solo; });
+    // So does one with a tenure to give back first.
+    auto solo = std::stable_partition(batch.begin(), batch.end(),
+                                      [](const ServicePtr& s) { return !s->solo && !s->disowned; });
     for (auto it = solo; it != batch.end() && conn_.up(); ++it) attempt(*it);
     batch.erase(solo, batch.end());
     if (batch.empty() || !conn_.up()) return;

@@ -54,6 +54,8 @@ private:
     void attempt_batch(std::vector<ServicePtr>& batch);
     void finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor);
     void retry_later(const ServicePtr& svc, bool renewing);
+    bool give_back(const ServicePtr& svc);
+    bool release(const ServicePtr& svc, const char* what);
     std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
     void update_statement_timeout();
 

@@ -27,7 +27,8 @@ Metrics FactoryMetrics::snapshot() {
         auto s = w.lock();
         if (!s) continue;
         std::lock_guard<std::mutex> slock(s->m);
-        if (!s->lease.owns(SteadyClock::now())) continue;
+        const auto held = s->ownership.lease(SteadyClock::now());
+        if (!held) continue;
         // out.mutexes is sorted by (mutex, contender).
         auto it = std::lower_bound(out.mutexes.begin(), out.mutexes.end(), std::tie(s->mutex, s->id),
                                    [](const MutexMetrics& m, const std::tuple<const std::string&, const std::string&>& k) {
@@ -35,7 +36,7 @@ Metrics FactoryMetrics::snapshot() {
                                    });
         if (it != out.mutexes.end() && it->mutex == s->mutex && it->contender == s->id) {
             it->is_owner = true;
-            it->fence = s->lease.tenure().fence;
+            it->fence = held->fence;
         }
     }
     return out;

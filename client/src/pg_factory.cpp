@@ -11,7 +11,7 @@
 //    (service_events.*), so a statement stuck on the I/O thread can never
 //    keep a stale owner alive; it also runs the statement watchdog.
 //
-// Ownership is decided by one state machine per service (lease.hpp):
+// Ownership is decided by one state machine per service (ownership.hpp):
 // deadline = boot-clock time the granting request was SENT
 //            + (transition_at - current_at) from its reply - margin.
 //
@@ -363,16 +363,14 @@ public:
         core_->ids.erase({svc_->mutex, svc_->id});
     }
 
-    bool is_owner() const override { return svc_->is_owner_now(); }
-
-    std::int64_t fence() const override {
+    std::optional<Lease> lease() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->lease.fence(SteadyClock::now());
+        return svc_->ownership.lease(SteadyClock::now());
     }
 
     MutexState state() const override {
         std::lock_guard<std::mutex> lock(svc_->m);
-        return svc_->lease.reported();
+        return svc_->ownership.reported();
     }
 
 protected:
@@ -396,19 +394,19 @@ protected:
         // Status read under m: stop() leaves RUNNING before it counts itself
         // under m, so a stop cannot slip between this check and the wait.
         const auto st = status();
-        if (st == Status::INITIAL || st == Status::STOPPING) return svc_->lease.owns(SteadyClock::now());
+        if (st == Status::INITIAL || st == Status::STOPPING) return svc_->ownership.owns(SteadyClock::now());
         const auto stops = svc_->stops;
         // A setup mistake (the attempt's or the connection's) is thrown at
         // once; the connection's is looked at every 50 ms.
         for (;;) {
             const auto now = SteadyClock::now();
-            if (svc_->stops != stops || svc_->lease.owns(now)) break;
+            if (svc_->stops != stops || svc_->ownership.owns(now)) break;
             if (svc_->error) std::rethrow_exception(svc_->error);
             if (auto e = core_->connections.setup_error()) std::rethrow_exception(e);
             if (now >= until) break;
             svc_->owner_cv.wait_for(lock, std::min<SteadyClock::duration>(until - now, std::chrono::milliseconds(50)));
         }
-        return svc_->lease.owns(SteadyClock::now());
+        return svc_->ownership.owns(SteadyClock::now());
     }
 
     void stop_contend() override {

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "lease.hpp"
+#include "ownership.hpp"
 #include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"

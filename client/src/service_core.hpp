@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lease.hpp"
+#include "ownership.hpp"
 #include "metrics_cell.hpp"
 #include "notify_gate.hpp"
 #include "simba/contend_period.hpp"
@@ -27,7 +27,7 @@ struct ServiceCore {
           mutex(contender->mutex()),
           options(o),
           period(id, o.jitter),
-          lease(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
+          ownership(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
 
     std::shared_ptr<MutexContender> contender;
     const std::string id;
@@ -38,7 +38,7 @@ struct ServiceCore {
     // Guarded by m.
     mutable std::mutex m;
     bool active = false;         // callbacks may be emitted
-    simba::detail::Lease lease;  // ownership: the one place it is decided (lease.hpp)
+    simba::detail::Ownership ownership;  // the one place it is decided (ownership.hpp)
     // Callbacks not yet run, oldest first: rarely more than one, and a
     // std::deque would allocate its first 512-byte block for every service.
     std::vector<std::function<void()>> pending;
@@ -56,6 +56,7 @@ struct ServiceCore {
     bool io_active = false;
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
     bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
+    bool disowned = false;       // the server counts a tenure that ended here: released before the next attempt
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).
@@ -65,7 +66,7 @@ struct ServiceCore {
 
     bool is_owner_now() const {
         std::lock_guard<std::mutex> lock(m);
-        return lease.owns(SteadyClock::now());
+        return ownership.owns(SteadyClock::now());
     }
 
     /// ttl + transition: the lease one grant gives.

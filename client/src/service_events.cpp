@@ -63,10 +63,10 @@ void ServiceEvents::check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyC
     {
         std::lock_guard<std::mutex> lock(s->m);
         if (s->expiry_at == at) s->expiry_at = {};  // else a check for an earlier deadline is queued too
-        if (!s->lease.holding()) return;
-        auto change = s->lease.expire(SteadyClock::now());
+        if (!s->ownership.holding()) return;
+        auto change = s->ownership.expire(SteadyClock::now());
         if (!change.released) {  // renewed meanwhile
-            schedule_expiry(s, s->lease.deadline());
+            schedule_expiry(s, s->ownership.deadline());
             return;
         }
         report(s, change);
@@ -79,21 +79,26 @@ void ServiceEvents::check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyC
         "lease of " + s->id + " on mutex " + s->mutex + " reached its deadline without a renewal: released");
 }
 
-bool ServiceEvents::apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after) {
-    bool in_time;
+simba::detail::Ownership::Change ServiceEvents::apply(const ServicePtr& svc, const MutexOwner& prev,
+                                                      const MutexOwner& after) {
+    simba::detail::Ownership::Change change;
     {
         std::lock_guard<std::mutex> lock(svc->m);
-        const auto change = svc->lease.reply(after, SteadyClock::now());
+        change = svc->ownership.reply(after, SteadyClock::now());
         report(svc, change, true, &prev);
-        in_time = !change.too_late;
     }
-    if (!in_time)
+    // Logged outside the lock: the log handler is user code.
+    if (change.too_late)
         log(LogLevel::warning, "acquire reply for " + svc->id + " on mutex " + svc->mutex +
                                    " arrived after its lease deadline; not reporting ownership");
-    return in_time;
+    if (change.disowned)
+        log(LogLevel::warning, "the server still counts fence " + std::to_string(after.fence) + " of " + svc->id +
+                                   " on mutex " + svc->mutex +
+                                   ", a tenure that already ended here: giving it back (a new tenure gets a new fence)");
+    return change;
 }
 
-void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Lease::Change& change, bool lost,
+void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost,
                            const MutexOwner* prev) {
     auto c = svc->contender;
     auto& mc = *svc->metrics;
@@ -121,7 +126,7 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Lease::Ch
             mc.handoff_latency.observe(after.acquired_at - prev->transition_at);
         svc->notified_at = {};
         emit(svc, [c, st = *change.acquired] { c->on_acquired(st); });
-        schedule_expiry(svc, svc->lease.deadline());
+        schedule_expiry(svc, svc->ownership.deadline());
         svc->owner_cv.notify_all();
     }
 }
@@ -129,7 +134,7 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Lease::Ch
 void ServiceEvents::end_locally(const ServicePtr& svc) {
     std::lock_guard<std::mutex> lock(svc->m);
     if (!svc->active) return;
-    report(svc, svc->lease.stop(SteadyClock::now()), false);
+    report(svc, svc->ownership.stop(SteadyClock::now()), false);
     svc->active = false;
     ++svc->stops;
     svc->owner_cv.notify_all();  // wait_owner() returns: stopped

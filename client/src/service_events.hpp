@@ -1,5 +1,5 @@
 // simba client (internal): what the contenders hear. Turns the steps of a
-// service's Lease (lease.hpp) into its callbacks, in order, on the handle
+// service's Ownership (ownership.hpp) into its callbacks, in order, on the handle
 // thread (executor.hpp), and into its metrics; fires on_released at a lease
 // deadline by itself, so a statement stuck on the I/O thread cannot keep a
 // stale owner alive (docs/design.md, "Safety rules", rule 3).
@@ -17,13 +17,14 @@ class ServiceEvents {
 public:
     explicit ServiceEvents(Executor& executor) : executor_(executor) {}
 
-    /// A reply from the server for `svc` (I/O thread); false if it was a
-    /// grant that came too late to be proven (logged).
-    bool apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after);
-    /// Turns a Lease step into callbacks and metrics (caller holds svc->m).
+    /// A reply from the server for `svc` (I/O thread): the step it was. A
+    /// grant that came too late to be proven and a tenure disowned (see
+    /// ownership.hpp) are logged; the caller acts on the latter.
+    simba::detail::Ownership::Change apply(const ServicePtr& svc, const MutexOwner& prev, const MutexOwner& after);
+    /// Turns an Ownership step into callbacks and metrics (caller holds svc->m).
     /// `lost`: a release the contender did not ask for; `prev`: the owner
     /// seen before a reply (the previous holder, for the handoff latency).
-    void report(const ServicePtr& svc, const simba::detail::Lease::Change& change, bool lost = true,
+    void report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost = true,
                 const MutexOwner* prev = nullptr);
     /// Ends `svc`'s contention on this side: its tenure (on_released is
     /// queued), its callbacks, wait_owner(). Idempotent.

@@ -1,4 +1,4 @@
-// The ownership state machine (src/lease.hpp) driven by a fake clock: every
+// The ownership state machine (src/ownership.hpp) driven by a fake clock: every
 // ordering of replies the I/O loop can produce, then thousands of random
 // sequences checked against the rule "owner only before send time + lease -
 // margin of a reply that proved it".
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "lease.hpp"
+#include "ownership.hpp"
 
 using namespace simba;
-using simba::detail::Lease;
+using simba::detail::Ownership;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
@@ -40,8 +40,8 @@ MutexOwner reply(const std::string& id, std::int64_t fence, std::int64_t sent_ms
 }
 MutexOwner free_reply(std::int64_t sent_ms) { return reply("", 0, sent_ms); }
 
-Lease started() {
-    Lease l("m", "me", kMargin);
+Ownership started() {
+    Ownership l("m", "me", kMargin);
     l.start();
     return l;
 }
@@ -81,18 +81,85 @@ TEST(Lease, RenewalExtendsSilently) {
     EXPECT_FALSE(l.reported().changed());
 }
 
-TEST(Lease, RenewalLandingAfterTheDeadlineReleasesFirstThenReacquires) {
+TEST(Lease, RenewalLandingAfterTheDeadlineEndsTheTenureForGood) {
     auto l = started();
     (void)l.reply(reply("me", 7, 0), at(10));  // deadline 980
-    // Sent at 900, answered at 1000: the gap 980..1000 was not proven.
+    // Sent at 900, answered at 1000: the gap 980..1000 was not proven. The
+    // tenure ended at 980 and fence 7 is not claimed again, though the
+    // server renewed it: the caller gives it back.
     auto c = l.reply(reply("me", 7, 900), at(1000));
     ASSERT_TRUE(c.released);
-    ASSERT_TRUE(c.acquired);
     EXPECT_EQ(c.lost_at, at(980));
-    EXPECT_TRUE(c.acquired->changed());  // the application hears a new tenure, same fence
-    EXPECT_EQ(c.acquired->after.fence, 7);
-    EXPECT_TRUE(l.owns(at(1000)));
-    EXPECT_EQ(l.deadline(), at(1880));
+    EXPECT_FALSE(c.acquired);
+    EXPECT_TRUE(c.disowned);
+    EXPECT_FALSE(l.owns(at(1000)));
+    EXPECT_FALSE(l.lease(at(1000)));
+    // The next tenure comes with a new fence, and is a change of hands.
+    c = l.reply(reply("me", 9, 1010), at(1020));
+    ASSERT_TRUE(c.acquired);
+    EXPECT_FALSE(c.released);
+    EXPECT_TRUE(c.acquired->acquired("me"));
+    EXPECT_EQ(c.acquired->after.fence, 9);
+    EXPECT_EQ(l.fence(at(1020)), 9);
+}
+
+TEST(Lease, AFenceWhoseTenureEndedIsNeverClaimedAgain) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    EXPECT_TRUE(l.expire(at(990)).released);  // the watchdog at the deadline
+    // However often the server still proves it, and across a restart (a
+    // release that never reached the server).
+    for (std::int64_t t : {1000, 1100}) {
+        auto c = l.reply(reply("me", 7, t), at(t + 10));
+        EXPECT_TRUE(c.disowned);
+        EXPECT_FALSE(c.acquired);
+        EXPECT_FALSE(l.owns(at(t + 10)));
+    }
+    (void)l.stop(at(1200));
+    l.start();
+    auto c = l.reply(reply("me", 7, 1300), at(1310));
+    EXPECT_TRUE(c.disowned);
+    EXPECT_FALSE(l.owns(at(1310)));
+    EXPECT_FALSE(l.reported().after.is_owner("me"));  // state() shows no tenure of ours
+}
+
+TEST(Lease, AGrantTooLateToBeProvenCanStillBeClaimedByItsRenewal) {
+    // Never claimed, so not a tenure that ended: the renewal that proves it
+    // in time begins it.
+    auto l = started();
+    EXPECT_TRUE(l.reply(reply("me", 7, 0), at(990)).too_late);
+    auto c = l.reply(reply("me", 7, 1000), at(1010));
+    ASSERT_TRUE(c.acquired);
+    EXPECT_FALSE(c.disowned);
+    EXPECT_EQ(l.fence(at(1010)), 7);
+}
+
+TEST(Lease, TheSnapshotHoldsFenceGrantAndDeadlineOfOneTenure) {
+    auto l = started();
+    EXPECT_FALSE(l.lease(at(0)));
+    auto grant = reply("me", 7, 0);
+    (void)l.reply(grant, at(10));
+    auto s = l.lease(at(500));
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->fence, 7);
+    EXPECT_EQ(s->acquired_at, grant.acquired_at);
+    EXPECT_EQ(s->deadline, at(980));
+    EXPECT_EQ(s->remaining(at(500)), 480ms);
+    // A renewal moves the deadline, not the grant (the row's acquired_at
+    // moves with every renewal).
+    auto renewal = reply("me", 7, 600, 1000, 1'700'000'000'600);
+    (void)l.reply(renewal, at(610));
+    s = l.lease(at(700));
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->acquired_at, grant.acquired_at);
+    EXPECT_EQ(s->deadline, at(1580));
+    // owns() and fence() are read from it, at any instant.
+    for (std::int64_t t = 1570; t < 1590; ++t) {
+        const auto snap = l.lease(at(t));
+        EXPECT_EQ(l.owns(at(t)), snap.has_value());
+        EXPECT_EQ(l.fence(at(t)), snap ? snap->fence : 0);
+    }
+    EXPECT_FALSE(l.lease(at(1580)));
 }
 
 TEST(Lease, AStaleReplyNeverShortensTheLease) {
@@ -170,10 +237,15 @@ TEST(Lease, AReconnectMidRenewalKeepsOnlyWhatWasProven) {
     // until 980 and not a moment longer.
     EXPECT_TRUE(l.owns(at(979)));
     EXPECT_TRUE(l.expire(at(981)).released);
-    // After the reconnect, the attempt sent at 1200 finds the tenure alive.
+    // After the reconnect, the attempt sent at 1200 finds the tenure alive
+    // on the server: over here, so given back; the next one is new.
     auto c = l.reply(reply("me", 7, 1200), at(1250));
+    EXPECT_FALSE(c.acquired);
+    EXPECT_TRUE(c.disowned);
+    EXPECT_FALSE(l.owns(at(1250)));
+    c = l.reply(reply("me", 8, 1260), at(1270));
     ASSERT_TRUE(c.acquired);
-    EXPECT_TRUE(l.owns(at(1250)));
+    EXPECT_TRUE(l.owns(at(1270)));
 }
 
 TEST(Lease, MarginHasAFixedPartAndAClockRatePart) {
@@ -192,10 +264,10 @@ namespace {
 
 /// What the rule says, written as a fold over the replies seen since start:
 /// a tenure lives while replies for it keep arriving before the proof of the
-/// previous one ran out.
+/// previous one ran out, and a fence is held at most once.
 struct Model {
     bool running = false, hold = false;
-    std::int64_t fence = 0;
+    std::int64_t fence = 0, claimed = 0;
     SteadyClock::time_point end{};
     void on_reply(const MutexOwner& r, SteadyClock::time_point now) {
         if (!running) return;
@@ -207,8 +279,8 @@ struct Model {
         const auto e = r.transition_deadline() - kMargin;
         if (hold && r.fence == fence) {
             if (e > end) end = e;
-        } else if (e > now) {
-            hold = true, fence = r.fence, end = e;
+        } else if (e > now && r.fence > claimed) {
+            hold = true, fence = claimed = r.fence, end = e;
         } else {
             hold = false;
         }
@@ -224,7 +296,7 @@ TEST(Lease, RandomSequencesKeepTheRule) {
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
     std::int64_t callbacks = 0, acquisitions = 0;
     for (int run = 0; run < runs; ++run) {
-        Lease l("m", "me", kMargin);
+        Ownership l("m", "me", kMargin);
         Model model;
         std::int64_t now_ms = 0, server_fence = 0, our_fence = 0, last_fence = 0;
         std::deque<std::int64_t> in_flight;  // send times; one connection answers in order
@@ -234,7 +306,7 @@ TEST(Lease, RandomSequencesKeepTheRule) {
         for (int step = 0; step < steps; ++step) {
             now_ms += pick(4) == 0 ? pick(1500) : pick(200);
             const auto now = at(now_ms);
-            Lease::Change c;
+            Ownership::Change c;
             switch (pick(9)) {
                 case 0: l.start(), model.running = true; break;
                 case 1: c = l.stop(now), model.running = false, model.hold = false; break;
@@ -266,7 +338,7 @@ TEST(Lease, RandomSequencesKeepTheRule) {
             if (c.acquired) {
                 ASSERT_TRUE(l.running());
                 ASSERT_EQ(last_cb, released) << "run " << run << " step " << step;
-                ASSERT_GE(c.acquired->after.fence, last_fence);  // fences never go back
+                ASSERT_GT(c.acquired->after.fence, last_fence);  // each tenure its own fence
                 last_fence = c.acquired->after.fence;
                 last_cb = acquired, ++callbacks, ++acquisitions;
             }
@@ -275,6 +347,15 @@ TEST(Lease, RandomSequencesKeepTheRule) {
             // Ownership never appears without on_acquired.
             ASSERT_TRUE(!owns || was_owner || c.acquired) << "run " << run << " step " << step;
             ASSERT_EQ(owns, last_cb == acquired && l.holding() && now < l.deadline());
+            const auto snap = l.lease(now);  // one snapshot, agreeing with both
+            ASSERT_EQ(snap.has_value(), owns);
+            ASSERT_EQ(snap ? snap->fence : 0, l.fence(now));
+            if (snap) {
+                ASSERT_EQ(snap->deadline, l.deadline());
+            }
+            if (c.disowned) {
+                ASSERT_FALSE(owns);
+            }
             if (owns) {
                 // Some reply for this very tenure proves now: sent + lease - margin > now.
                 bool proven = false;

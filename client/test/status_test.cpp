@@ -17,8 +17,7 @@ namespace {
 class FakeService : public MutexContendService {
 public:
     FakeService() : MutexContendService(std::make_shared<MutexContender>("m", "me")) {}
-    bool is_owner() const override { return false; }
-    std::int64_t fence() const override { return 0; }
+    std::optional<simba::Lease> lease() const override { return std::nullopt; }
     MutexState state() const override { return {}; }
     bool wait_owner(SteadyClock::time_point) const override { return false; }
 

@@ -38,13 +38,10 @@ public:
     ~PollingService() override {
         if (status() == Status::RUNNING) stop();
     }
-    bool is_owner() const override {
+    std::optional<Lease> lease() const override {
         std::lock_guard<std::mutex> lock(m_);
-        return owned_ && SteadyClock::now() < deadline_;
-    }
-    std::int64_t fence() const override {
-        std::lock_guard<std::mutex> lock(m_);
-        return owned_ && SteadyClock::now() < deadline_ ? state_.after.fence : 0;
+        if (!owned_ || SteadyClock::now() >= deadline_) return std::nullopt;
+        return Lease{state_.after.fence, state_.after.acquired_at, deadline_};
     }
     MutexState state() const override {
         std::lock_guard<std::mutex> lock(m_);

@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
+#include "simba/lease.hpp"
 #include "simba/owner.hpp"
 
 namespace simba {
@@ -80,12 +82,22 @@ public:
     [[nodiscard]] const std::string& mutex() const noexcept { return contender_->mutex(); }
     [[nodiscard]] const std::string& contender_id() const noexcept { return contender_->contender_id(); }
 
-    /// True only while this contender holds a lease the client can prove:
-    /// compares the steady clock with the lease deadline itself, so it is
-    /// never true past the deadline, whatever the I/O thread is doing.
-    [[nodiscard]] virtual bool is_owner() const = 0;
-    /// Fence of the current tenure when is_owner(), else 0.
-    [[nodiscard]] virtual std::int64_t fence() const = 0;
+    /// The tenure this contender holds now, read in one piece (its fence,
+    /// when the server granted it, its local deadline), or nothing. Held
+    /// only while the client can prove it: the steady clock is compared with
+    /// the deadline on every call, so it is never returned past the
+    /// deadline, whatever the I/O thread is doing.
+    [[nodiscard]] virtual std::optional<Lease> lease() const = 0;
+    /// lease().has_value(): owner now.
+    [[nodiscard]] bool is_owner() const { return lease().has_value(); }
+    /// lease()->fence when owner, else 0. To use a fence with what you know
+    /// of its tenure (its deadline), read lease() once instead of calling
+    /// is_owner() and fence() apart: a tenure can end, and another begin,
+    /// between two calls.
+    [[nodiscard]] std::int64_t fence() const {
+        const auto l = lease();
+        return l ? l->fence : 0;
+    }
     /// The last contention step: the owner before and after it (a renewal
     /// is a step with changed() == false).
     [[nodiscard]] virtual MutexState state() const = 0;

@@ -13,6 +13,7 @@
 #include "simba/contender_id.hpp"
 #include "simba/errors.hpp"
 #include "simba/factory.hpp"
+#include "simba/lease.hpp"
 #include "simba/locker.hpp"
 #include "simba/log.hpp"
 #include "simba/metrics.hpp"

@@ -6,14 +6,21 @@
 // The one rule: the contender owns the mutex only while now < deadline, where
 // deadline = send time of the request that proved the lease
 //          + (transition_at - current_at) from its reply - margin.
-// A reply that arrives after the deadline first ends the old tenure (expire),
-// then may start a new one if it still proves time left: ownership never
-// bridges a gap the client could not prove.
+// A reply that arrives after the deadline first ends the old tenure (expire):
+// ownership never bridges a gap the client could not prove.
+//
+// Loss is final: a tenure is one fence, from the reply that first proved it
+// to its end (deadline, stop, a reply naming another owner or another fence
+// of ours), and a fence whose tenure ended is never claimed again. A reply
+// that still proves it (a renewal answered after the deadline, a release
+// that never reached the server) is `disowned`: the caller gives it back on
+// the server and contends for a new tenure, which gets a new fence.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "simba/lease.hpp"
 #include "simba/owner.hpp"
 
 namespace simba::detail {
@@ -23,7 +30,7 @@ namespace simba::detail {
 /// per million of the lease, so a long lease is as safe as a short one.
 SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm);
 
-class Lease {
+class Ownership {
 public:
     /// What a step changed; the caller turns it into callbacks and metrics.
     struct Change {
@@ -32,10 +39,13 @@ public:
         bool renewed = false;                ///< the current tenure was extended
         bool too_late = false;               ///< a grant whose proof had already run out on arrival
         bool busy = false;                   ///< another contender holds it
+        /// The server still counts a tenure of ours that ended here: not
+        /// ownership; the caller releases it on the server and attempts again.
+        bool disowned = false;
         SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
     };
 
-    Lease(std::string mutex, std::string id, SteadyClock::duration margin);
+    Ownership(std::string mutex, std::string id, SteadyClock::duration margin);
 
     /// Contention begins: replies count from now on.
     void start();
@@ -46,8 +56,16 @@ public:
     /// Contention ends: a held tenure is released; later replies are ignored.
     Change stop(SteadyClock::time_point now);
 
-    [[nodiscard]] bool owns(SteadyClock::time_point now) const { return holding_ && now < deadline_; }
-    [[nodiscard]] std::int64_t fence(SteadyClock::time_point now) const { return owns(now) ? tenure_.fence : 0; }
+    /// The tenure held at `now`, in one piece; owns() and fence() are read from it.
+    [[nodiscard]] std::optional<Lease> lease(SteadyClock::time_point now) const {
+        if (!holding_ || now >= deadline_) return std::nullopt;
+        return Lease{tenure_.fence, acquired_at_, deadline_};
+    }
+    [[nodiscard]] bool owns(SteadyClock::time_point now) const { return lease(now).has_value(); }
+    [[nodiscard]] std::int64_t fence(SteadyClock::time_point now) const {
+        const auto l = lease(now);
+        return l ? l->fence : 0;
+    }
     /// A tenure is held and not yet expired by expire() (its deadline may
     /// have passed: owns() says whether it still proves anything).
     [[nodiscard]] bool holding() const { return holding_; }
@@ -67,7 +85,9 @@ private:
     bool running_ = false;
     bool holding_ = false;
     SteadyClock::time_point deadline_{};
-    MutexOwner tenure_;
+    MutexOwner tenure_;             // the last reply that proved the held tenure
+    ServerTime acquired_at_{0};     // the held tenure's grant (renewals move the row's acquired_at)
+    std::int64_t claimed_fence_ = 0;  // the highest fence ever claimed: claimed once, never again
     MutexState reported_;
 };
 

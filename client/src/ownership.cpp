@@ -1,4 +1,4 @@
-#include "lease.hpp"
+#include "ownership.hpp"
 
 #include <algorithm>
 
@@ -8,15 +8,15 @@ SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::dur
     return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
 }
 
-Lease::Lease(std::string mutex, std::string id, SteadyClock::duration margin)
+Ownership::Ownership(std::string mutex, std::string id, SteadyClock::duration margin)
     : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin) {
     reported_.before = MutexOwner::none(mutex_, SteadyClock::time_point{});
     reported_.after = reported_.before;
 }
 
-void Lease::start() { running_ = true; }
+void Ownership::start() { running_ = true; }
 
-void Lease::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
+void Ownership::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
     MutexState st{tenure_, std::move(after)};
     holding_ = false;
     reported_ = st;
@@ -24,20 +24,20 @@ void Lease::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost
     c.lost_at = lost_at;
 }
 
-Lease::Change Lease::expire(SteadyClock::time_point now) {
+Ownership::Change Ownership::expire(SteadyClock::time_point now) {
     Change c;
     if (holding_ && now >= deadline_) end_tenure(c, MutexOwner::none(mutex_, now), deadline_);
     return c;
 }
 
-Lease::Change Lease::stop(SteadyClock::time_point now) {
+Ownership::Change Ownership::stop(SteadyClock::time_point now) {
     Change c;
     running_ = false;
     if (holding_) end_tenure(c, MutexOwner::none(mutex_, now), std::min(now, deadline_));
     return c;
 }
 
-Lease::Change Lease::reply(const MutexOwner& after, SteadyClock::time_point now) {
+Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_point now) {
     Change c = expire(now);  // never bridge a gap with a late reply
     if (!running_) return c;
     if (!after.is_owner(id_)) {
@@ -60,19 +60,28 @@ Lease::Change Lease::reply(const MutexOwner& after, SteadyClock::time_point now)
         c.renewed = true;
         return c;
     }
-    if (holding_) end_tenure(c, after, now);  // the same id took a new tenure: the old one ended
+    MutexOwner before = reported_.after;
+    if (holding_) {  // the server names another fence of ours: the held tenure is over
+        before = tenure_;
+        end_tenure(c, after, now);
+    }
+    if (after.fence <= claimed_fence_) {
+        // A tenure that ended here (at its deadline, by stop()) is over for
+        // good, whatever the server still counts: its fence is not claimed
+        // again. The caller gives it back and contends for a new one.
+        c.disowned = true;
+        return c;
+    }
     if (deadline <= now) {
         c.too_late = true;
         return c;
     }
-    MutexState st{reported_.after, after};
-    // The same tenure proven again after a gap is still a change of hands for
-    // the application (on_released came first).
-    if (st.before.is_owner(id_) && st.before.fence == after.fence)
-        st.before = MutexOwner::none(mutex_, st.before.anchor);
+    MutexState st{std::move(before), after};
     holding_ = true;
     deadline_ = deadline;
     tenure_ = after;
+    acquired_at_ = after.acquired_at;
+    claimed_fence_ = after.fence;
     reported_ = st;
     c.acquired = std::move(st);
     return c;
