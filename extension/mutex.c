@@ -45,8 +45,6 @@ PG_FUNCTION_INFO_V1(simba_mutex_gc);
 #define OWNER_COLUMNS "m.mutex, m.owner_id, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence"
 #define SAME_HOLDER(id, role, roleid, sysid) \
 	"(m.owner_id = " id " AND " SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", role, roleid, sysid) ")"
-#define LEASE_END(origin) SIMBA_MUTEX_END(origin)
-#define LIVE(t, origin) SIMBA_MUTEX_LIVE(t, origin)
 
 /* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role, $7 roleid, $8 sysid, $9 origin */
 #define ACQUIRE_ARGS 9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
@@ -58,10 +56,10 @@ static SimbaPlan acquire_update = {
 	"   SET owner_id = $2, owner_role = $6, owner_roleid = $7, owner_sysid = $8,"
 	"       acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9,"
 	"       version = m.version + 1,"
-	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " LIVE("$3", "$9")
+	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE("$3", "$9")
 	"                    THEN m.fence ELSE pg_catalog.nextval('simba_mutex_fence') END"
 	" WHERE m.mutex = $1"
-	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " LIVE("$3", "$9") ")"
+	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " SIMBA_MUTEX_LIVE("$3", "$9") ")"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
@@ -81,11 +79,11 @@ static SimbaPlan acquire_insert = {
  * another clock is shown as this clock counts it. $2 = t, $3 = origin.
  */
 static SimbaPlan owner_select = {
-	"SELECT m.mutex, CASE WHEN " LIVE("$2", "$3") " THEN m.owner_id END,"
+	"SELECT m.mutex, CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_id END,"
 	"       " SIMBA_LEASE_END("m.acquired_at", "m.acquired_at", "m.clock_origin", "$3") ","
 	"       " SIMBA_LEASE_END("m.ttl_at", "m.acquired_at", "m.clock_origin", "$3") ","
-	"       " LEASE_END("$3") ", m.version, m.fence, $2,"
-	"       CASE WHEN " LIVE("$2", "$3") " THEN m.owner_role END"
+	"       " SIMBA_MUTEX_END("$3") ", m.version, m.fence, $2,"
+	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
@@ -99,13 +97,13 @@ static SimbaPlan release_update = {
 	"UPDATE simba_mutex AS m"
 	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,"
 	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " LIVE("$3", "$7"),
+	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " SIMBA_MUTEX_LIVE("$3", "$7"),
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 };
 
 /* $1 mutex, $2 role, $3 roleid, $4 sysid, $5 origin */
 static SimbaPlan fence_lock = {
-	"SELECT m.owner_id, m.fence, " LEASE_END("$5") ", m.owner_role,"
+	"SELECT m.owner_id, m.fence, " SIMBA_MUTEX_END("$5") ", m.owner_role,"
 	"       COALESCE(" SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$2", "$3", "$4") ", false)"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
 	5, {TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
@@ -118,7 +116,7 @@ static SimbaPlan fence_lock = {
  */
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_mutex AS d WHERE d.mutex IN"
-	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " LIVE("$1", "$2") " FOR UPDATE SKIP LOCKED)",
+	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " SIMBA_MUTEX_LIVE("$1", "$2") " FOR UPDATE SKIP LOCKED)",
 	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 

@@ -39,7 +39,6 @@ PG_FUNCTION_INFO_V1(simba_semaphore_release_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_gc_1_4);
 
-#define PERMIT_LIVE(t, origin) SIMBA_PERMIT_LIVE(t, origin)
 
 static SimbaPlan key_lock_grant = {
 	"UPDATE simba_semaphore SET permits = $2 WHERE key = $1",
@@ -55,7 +54,7 @@ static SimbaPlan key_insert = {
 /* The key's expired slots that no other transaction holds, locked, lowest first. $2 = t */
 static SimbaPlan expired_slots = {
 	"SELECT p.slot FROM simba_semaphore_permit AS p"
-	" WHERE p.key = $1 AND NOT " PERMIT_LIVE("$2", "$3")
+	" WHERE p.key = $1 AND NOT " SIMBA_PERMIT_LIVE("$2", "$3")
 	" ORDER BY p.slot FOR UPDATE SKIP LOCKED",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
@@ -107,14 +106,14 @@ static SimbaPlan permit_lock = {
 /* $6 t, $7 expires_at, $8 origin */
 static SimbaPlan permit_refresh = {
 	"UPDATE simba_semaphore_permit AS p SET expires_at = $7, renewed_at = $6, clock_origin = $8"
-	" WHERE " CALLERS_PERMIT " AND " PERMIT_LIVE("$6", "$8"),
+	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE("$6", "$8"),
 	8, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* $6 t, $7 origin */
 static SimbaPlan permit_release = {
 	"UPDATE simba_semaphore_permit AS p SET expires_at = $6, renewed_at = $6, clock_origin = $7"
-	" WHERE " CALLERS_PERMIT " AND " PERMIT_LIVE("$6", "$7"),
+	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE("$6", "$7"),
 	7, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -138,7 +137,7 @@ static SimbaPlan gc_lock = {
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_semaphore s WHERE s.key = $1"
 	"   AND NOT EXISTS (SELECT 1 FROM simba_semaphore_permit p"
-	"                    WHERE p.key = $1 AND " PERMIT_LIVE("$2", "$3") ")",
+	"                    WHERE p.key = $1 AND " SIMBA_PERMIT_LIVE("$2", "$3") ")",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 

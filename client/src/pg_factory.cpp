@@ -167,7 +167,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 connections.statement_ok();
             } catch (const std::exception& e) {
                 const bool lost = connections.statement_failed(e, "statement");
-                failed(as_simba_error(e, lost));
+                failed(typed_error(e, lost));
             }
         });
     }
@@ -194,18 +194,6 @@ struct ContendServiceFactory::Core final : detail::Io {
         return notify_counts.wait_change(name, seen, until);
     }
     SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
-
-    /// A library error for a failed statement, with the server's SQLSTATE.
-    static std::exception_ptr as_simba_error(const std::exception& e, bool lost) {
-        if (dynamic_cast<const Error*>(&e)) return std::current_exception();
-        const std::string msg = trimmed_message(e.what());
-        if (lost) return std::make_exception_ptr(ConnectionError(msg, "08006"));
-        try {
-            throw_sqlstate(sqlstate_of(e), msg);
-        } catch (...) {
-            return std::current_exception();
-        }
-    }
 
     // ------------------------------------------------------------ I/O thread
 

@@ -53,12 +53,12 @@ bool permanent_sqlstate(const std::string& s) {
            s == "3D000" || s == "28000" || s == "28P01";
 }
 
-std::exception_ptr typed_error(const std::exception& e) {
+std::exception_ptr typed_error(const std::exception& e, bool lost) {
+    if (dynamic_cast<const Error*>(&e)) return std::current_exception();
+    const std::string msg = trimmed_message(e.what());
+    if (lost) return std::make_exception_ptr(ConnectionError(msg, "08006"));
     try {
-        const auto state = sqlstate_of(e);
-        if (state.empty() && dynamic_cast<const pqxx::broken_connection*>(&e))
-            throw ConnectionError(trimmed_message(e.what()));
-        throw_sqlstate(state, trimmed_message(e.what()));
+        throw_sqlstate(sqlstate_of(e), msg);
     } catch (...) {
         return std::current_exception();
     }

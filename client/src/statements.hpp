@@ -44,8 +44,10 @@ std::string trimmed_message(std::string msg);
 /// bad argument, no such database, authentication), so callers are told at
 /// once instead of retrying until their deadline.
 bool permanent_sqlstate(const std::string& sqlstate);
-/// `e` as the matching simba::Error, with the server's message.
-std::exception_ptr typed_error(const std::exception& e);
+/// `e` (being handled: call it in a catch block) as the matching
+/// simba::Error with the server's message and SQLSTATE; a ConnectionError
+/// (08006) when the statement's connection was `lost`.
+std::exception_ptr typed_error(const std::exception& e, bool lost = false);
 /// The SQLSTATE of a failed connect: libpq reports none for a connection it
 /// could not open, so it is read off libpq's English message where it can
 /// be (3D000, 28P01, 28000, 42501); "" otherwise (no server, say).
