@@ -32,6 +32,7 @@
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(simba_acquire_1_4);
+PG_FUNCTION_INFO_V1(simba_renew_1_4);
 PG_FUNCTION_INFO_V1(simba_release_1_4);
 PG_FUNCTION_INFO_V1(simba_owner_1_4);
 PG_FUNCTION_INFO_V1(simba_fence_check_1_4);
@@ -62,6 +63,20 @@ static SimbaPlan acquire_update = {
 	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " SIMBA_MUTEX_LIVE("$3", "$9") ")"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
+};
+
+/*
+ * Renewal only: the caller's live tenure with fence $10, never a new one. A
+ * holder that lost its tenure (forced release, lease end) learns it from the
+ * row without taking the mutex again (docs/design.md, "Client").
+ */
+static SimbaPlan renew_update = {
+	"UPDATE simba_mutex AS m"
+	"   SET acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9, version = m.version + 1"
+	" WHERE m.mutex = $1 AND m.fence = $10 AND " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE("$3", "$9")
+	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
+	10, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID,
+	INT8OID}
 };
 
 static SimbaPlan acquire_insert = {
@@ -137,21 +152,20 @@ returned_owner(TupleDesc tupdesc)
 	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
 }
 
-Datum
-simba_acquire_1_4(PG_FUNCTION_ARGS)
+/*
+ * $1..$9 of the acquire and renew plans from the call's mutex, contender_id
+ * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1).
+ */
+static void
+lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args)
 {
 	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	int64		ttl = simba_duration_arg(fcinfo, 2, "ttl", false);
-	int64		transition = simba_duration_arg(fcinfo, 3, "transition", true);
-	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
+	int64		ttl = simba_duration_arg(fcinfo, ttl_arg, "ttl", false);
+	int64		transition = simba_duration_arg(fcinfo, ttl_arg + 1, "transition", true);
 	TimestampTz t = simba_now(fcinfo);
-	TimestampTz origin = simba_clock_origin(fcinfo);
 	TimestampTz ttl_at;
-	Datum		args[9];
-	Datum		result;
-	int			attempt;
 
 	simba_check_lease(ttl, transition);
 	ttl_at = simba_add_usec(t, ttl);
@@ -163,8 +177,29 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	args[5] = caller.role;
 	args[6] = caller.roleid;
 	args[7] = caller.sysid;
-	args[8] = TimestampTzGetDatum(origin);
+	args[8] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
+}
 
+/* A mutex never used: free, version and fence still 0 (in the caller's memory). */
+static Datum
+unused_owner(TupleDesc tupdesc, Datum mutex, TimestampTz t)
+{
+	Datum		values[9] = {mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0};
+	bool		nulls[9] = {false, true, true, true, true, false, false, false, true};
+
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+Datum
+simba_acquire_1_4(PG_FUNCTION_ARGS)
+{
+	Datum		args[9];
+	TupleDesc	tupdesc;
+	Datum		result;
+	int			attempt;
+
+	lease_args(fcinfo, 2, args);
+	tupdesc = owner_tupdesc(fcinfo);
 	SPI_connect();
 	/*
 	 * Won by the UPDATE, lost if the row exists, won by the INSERT if it does
@@ -185,6 +220,32 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	result = returned_owner(tupdesc);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
+}
+
+Datum
+simba_renew_1_4(PG_FUNCTION_ARGS)
+{
+	Datum		args[10];
+	int64		fence;
+	TupleDesc	tupdesc;
+	Datum		result = (Datum) 0;
+	bool		found;
+
+	lease_args(fcinfo, 3, args);
+	fence = simba_int64_arg(fcinfo, 2, "fence");
+	if (fence <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fence must be positive")));
+	args[9] = Int64GetDatum(fence);
+	tupdesc = owner_tupdesc(fcinfo);
+	SPI_connect();
+	found = simba_execute(fcinfo, &renew_update, args, NULL, 1) == 1 ||
+		simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1;
+	if (found)
+		result = returned_owner(tupdesc);
+	SPI_finish();
+	PG_RETURN_DATUM(found ? result : unused_owner(tupdesc, args[0], DatumGetTimestampTz(args[2])));
 }
 
 Datum
@@ -233,15 +294,7 @@ simba_owner_1_4(PG_FUNCTION_ARGS)
 		result = returned_owner(tupdesc);
 	SPI_finish();
 	if (!found)
-	{
-		/* Never used: free, version and fence still 0. Formed after
-		 * SPI_finish, in the caller's memory, which outlives this call. */
-		Datum		values[9] = {PointerGetDatum(mutex), 0, 0, 0, 0,
-		Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0};
-		bool		nulls[9] = {false, true, true, true, true, false, false, false, true};
-
-		result = HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
-	}
+		result = unused_owner(tupdesc, PointerGetDatum(mutex), t);	/* after SPI_finish: outlives the call */
 	PG_RETURN_DATUM(result);
 }
 

@@ -27,6 +27,7 @@ PG_FUNCTION_INFO_V1(simba_strip_privileges);
 /* EXECUTE on these for a granted role: take, hold and check locks and permits. */
 static const char *const granted_functions[] = {
 	"simba_acquire(text, text, interval, interval)",
+	"simba_renew(text, text, bigint, interval, interval)",
 	"simba_release(text, text)",
 	"simba_owner(text)",
 	"simba_fence_check(text, text, bigint)",

@@ -14,6 +14,8 @@
 -- * The status views are security barriers; simba_mutex_gc removes the rows
 --   of free mutexes; the functions plan without sequential scans.
 -- * DROP EXTENSION refuses while leases or permits are live.
+-- * simba_renew renews a tenure by its fence and never takes the mutex: a
+--   holder that lost its tenure does not silently get a new one.
 -- * Privileges: a role that holds anything simba_grant does not give (from
 --   default privileges, say) keeps nothing; roles granted before get the
 --   functions added since.
@@ -120,6 +122,21 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 -- simba's clock: what the functions and the views count leases with.
+-- New in 1.4: renewal that never takes the mutex (a lost tenure stays lost).
+CREATE FUNCTION @extschema@.simba_renew(
+    mutex        text,
+    contender_id text,
+    fence        bigint,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_renew_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_renew(text, text, bigint, interval, interval) IS
+  'simba: renew the caller''s live tenure with this fence; never takes the mutex (a lost tenure stays lost); returns the owner after the attempt';
+
 CREATE FUNCTION @extschema@.simba_clock(OUT now timestamptz, OUT origin timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'simba_clock'

@@ -79,6 +79,20 @@ SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval) IS
   'simba: acquire the mutex when free or past transition_at, renew it when already owner; returns the owner after the attempt';
 
+CREATE FUNCTION @extschema@.simba_renew(
+    mutex        text,
+    contender_id text,
+    fence        bigint,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_renew_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_renew(text, text, bigint, interval, interval) IS
+  'simba: renew the caller''s live tenure with this fence; never takes the mutex (a lost tenure stays lost); returns the owner after the attempt';
+
 CREATE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_release_1_4'
