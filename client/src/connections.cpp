@@ -45,6 +45,7 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
             applied_timeout_ms_ = -1;
             apply_statement_timeout();
             stmt_->prepare("simba_acquire", kAcquireSql);
+            stmt_->prepare("simba_renew", kRenewSql);
             stmt_->prepare("simba_release", kReleaseSql);
             stmt_->prepare("simba_acquire_batch", kAcquireBatchSql);
         }

@@ -108,6 +108,13 @@ void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
         if (!waiters_only || !s->last.is_owner(s->id)) schedule(s, now);
 }
 
+void Contention::setup_failed(const std::exception_ptr& error) {
+    for (auto& s : registry_.all()) {
+        std::lock_guard<std::mutex> lock(s->m);
+        events_.settle(*s, error);
+    }
+}
+
 void Contention::notified(const std::vector<std::string>& names) {
     auto now = SteadyClock::now();
     for (auto& name : names) {
@@ -128,7 +135,7 @@ void Contention::notified(const std::vector<std::string>& names) {
 /// Returns whether it renews (counted as an attempt otherwise).
 bool Contention::begin_attempt(const ServicePtr& svc) {
     const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
-    if (!renewing) MetricsCell::inc(svc->metrics->attempts);
+    if (!renewing && !svc->next().finished) MetricsCell::inc(svc->metrics->attempts);
     return renewing;
 }
 
@@ -176,6 +183,8 @@ SteadyClock::time_point Contention::serves_until(const ServicePtr& svc, bool ren
 
 void Contention::attempt(const ServicePtr& svc, bool renewing) {
     if (svc->disowned && !give_back(svc)) return;
+    const auto next = svc->next();
+    if (next.finished) return;  // a single tenure ended: nothing until restarted
     auto anchor = SteadyClock::now();
     metrics_.count_statement(1);
     try {
@@ -184,8 +193,13 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
         const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
         const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
         // Behind a transaction pooler a prepared statement may be on another server connection.
-        auto row = options_.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
-                                   : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition);
+        const auto row =
+            next.renew_fence
+                ? (options_.pooled
+                       ? tx.exec_params1(kRenewSql, svc->mutex, svc->id, next.renew_fence, ttl, transition)
+                       : tx.exec_prepared1("simba_renew", svc->mutex, svc->id, next.renew_fence, ttl, transition))
+                : (options_.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
+                                   : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition));
         finish_attempt(svc, row, anchor);
     } catch (const std::exception& e) {
         if (conn_.statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
@@ -198,6 +212,7 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
             {
                 std::lock_guard<std::mutex> lock(svc->m);
                 svc->error = typed_error(e);
+                events_.settle(*svc, svc->error);
             }
             svc->owner_cv.notify_all();
         }
@@ -211,9 +226,12 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
 void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
     // A service whose last attempt failed goes alone: a persistent error (a
     // trigger, a grant) must not fail every batch it would join.
-    // So does one with a tenure to give back first.
-    auto solo = std::stable_partition(batch.begin(), batch.end(),
-                                      [](const ServicePtr& s) { return !s->solo && !s->disowned; });
+    // So does one with a tenure to give back first, and a single tenure's
+    // renewal (simba_renew: the batch statement only acquires).
+    auto solo = std::stable_partition(batch.begin(), batch.end(), [](const ServicePtr& s) {
+        const auto next = s->next();
+        return !s->solo && !s->disowned && !next.finished && next.renew_fence == 0;
+    });
     for (auto it = solo; it != batch.end() && conn_.up(); ++it) attempt(*it);
     batch.erase(solo, batch.end());
     if (batch.empty() || !conn_.up()) return;

@@ -37,6 +37,8 @@ public:
     /// Push wake-ups: the services of these mutexes attempt now, or one
     /// notify_min_interval after the last attempt a NOTIFY caused.
     void notified(const std::vector<std::string>& names);
+    /// Connecting failed with a setup mistake: when_owner() callbacks hear it.
+    void setup_failed(const std::exception_ptr& error);
     /// When the next attempt is due.
     SteadyClock::time_point next_due() { return queue_.next_due(); }
 

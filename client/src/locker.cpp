@@ -1,37 +1,130 @@
 #include "simba/locker.hpp"
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
 
 namespace simba {
 
-// Locker reads ownership from its service (start_and_wait, is_owner,
-// fence): no callbacks, so nothing is handed to the handle thread.
-struct Locker::Contender final : MutexContender {
+namespace {
+
+// The Locker's contender: tells the Locker's state when a tenure ends (for
+// on_lost). Without an on_lost callback it has none, so its service queues
+// nothing for the handle thread and stop() needs no hand-off.
+struct LockerContender final : MutexContender {
     using MutexContender::MutexContender;
-    bool has_callbacks() const noexcept override { return false; }
+    bool has_callbacks() const noexcept override { return callbacks.load(); }
+    void on_released(const MutexState& state) override;
+
+    std::weak_ptr<Locker::State> locker;
+    std::atomic<bool> callbacks{false};
 };
 
-Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options,
-               int max_hold_count)
-    : contender_(std::make_shared<Contender>(std::move(mutex), std::move(contender_id))),
-      service_(factory.create(contender_, options)),
-      max_hold_count_(max_hold_count) {
-    if (max_hold_count < 1) throw InvalidArgumentError("max_hold_count must be at least 1", "22023");
+ContendOptions single_tenure(ContendOptions options) {
+    options.single_tenure = true;  // loss is final (service.hpp)
+    return options;
 }
 
-Locker::~Locker() {
-    try {
-        release();
-    } catch (const std::exception& e) {
-        log_release_failure(e);
+void log_release_failure(const std::exception& e) {
+    log(LogLevel::error, std::string("Locker release failed: ") + e.what());
+}
+
+}  // namespace
+
+// Everything a Locker is, behind a pointer: a Locker moves, and callbacks
+// on the handle thread reach this state through weak pointers.
+struct Locker::State : std::enable_shared_from_this<State> {
+    State(ContendServiceFactory& factory, std::string mutex, std::string id, ContendOptions options, int max_holds)
+        : contender(std::make_shared<LockerContender>(std::move(mutex), std::move(id))),
+          service(factory.create(contender, single_tenure(options))),
+          max_hold_count(max_holds) {}
+
+    bool acquire_until(SteadyClock::time_point deadline, bool bounded);
+    bool start(std::uint64_t my_cancels, bool now);
+    void started_done();
+    void stop_hold();
+    bool claim(SteadyClock::time_point deadline, bool& reentered);
+    void unclaim();
+    bool claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::time_point acquire_by);
+    std::optional<Lease> lease_locked() const;
+    bool take_lease_locked();
+    void tenure_ended(const MutexState& state);
+    void arm_async();
+    void async_settled(const std::exception_ptr& error);
+    std::string timeout_message(const MutexOwner& seen) const;
+    const std::string& mutex() const noexcept { return contender->mutex(); }
+
+    std::shared_ptr<LockerContender> contender;
+    std::unique_ptr<MutexContendService> service;
+    const int max_hold_count;
+
+    mutable std::mutex m;
+    std::condition_variable started;  // starting went false
+    bool in_use = false;     // acquired or being acquired
+    bool starting = false;   // the service is being started: a release waits for it
+    bool unlocking = false;  // a release is stopping the service: no loss to report
+    std::uint64_t cancels = 0;  // release()/cancel() calls: a lock in progress is cancelled
+    std::int64_t hold_fence = 0;  // the hold's tenure (0: none)
+    mutable bool lost = false;    // that tenure ended: loss is final for the hold
+    bool lost_told = false;       // on_lost ran for it
+    std::function<void()> on_lost;
+    // The in-process mutex: the thread that holds or takes the lock (none
+    // for a lock_async() hold), and its holds.
+    std::condition_variable claim_cv;  // claimed went false
+    bool claimed = false;
+    std::thread::id claimant;
+    int holds = 0;
+    std::shared_ptr<std::promise<void>> async;  // lock_async() waiting
+};
+
+void LockerContender::on_released(const MutexState& state) {
+    if (auto s = locker.lock()) s->tenure_ended(state);
+}
+
+/// On the handle thread: a tenure ended. A loss of the hold (not the
+/// release that unlock() sends) is final and told once.
+void Locker::State::tenure_ended(const MutexState& state) {
+    std::function<void()> callback;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        if (unlocking || hold_fence == 0 || state.before.fence != hold_fence || lost_told) return;
+        lost = true;
+        lost_told = true;
+        callback = on_lost;
     }
+    if (callback) callback();
+}
+
+/// The hold's tenure as the service proves it now (caller holds m): a
+/// tenure with another fence, or none, is the hold lost for good.
+std::optional<Lease> Locker::State::lease_locked() const {
+    if (hold_fence == 0 || lost) return std::nullopt;
+    auto l = service->lease();
+    if (!l || l->fence != hold_fence) {
+        lost = true;
+        return std::nullopt;
+    }
+    return l;
+}
+
+/// The service owns: that tenure becomes the hold (caller holds m, so a
+/// loss right after is told through tenure_ended). False if it already ended.
+bool Locker::State::take_lease_locked() {
+    const auto l = service->lease();
+    if (!l) return false;
+    hold_fence = l->fence;
+    lost = false;
+    lost_told = false;
+    return true;
 }
 
 /// "timed out acquiring mutex m: held by "B" for another 2.4 s", as the CLI says it.
-std::string Locker::timeout_message(const MutexOwner& seen) const {
+std::string Locker::State::timeout_message(const MutexOwner& seen) const {
     std::string msg = "timed out acquiring mutex " + mutex();
     if (!seen.has_owner()) return msg + ": it was free at the last attempt";
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(seen.transition_at - seen.current_at);
@@ -40,51 +133,68 @@ std::string Locker::timeout_message(const MutexOwner& seen) const {
     return msg + ": held by \"" + seen.owner_id + "\" for another " + buf + " s at the last attempt";
 }
 
-void Locker::log_release_failure(const std::exception& e) {
-    // Kept out of line so the destructor stays noexcept-friendly.
-    log(LogLevel::error, std::string("Locker release failed: ") + e.what());
+void Locker::State::started_done() {
+    std::lock_guard<std::mutex> lock(m);
+    starting = false;
+    started.notify_all();
 }
 
-void Locker::acquire() { acquire_until(SteadyClock::time_point::max(), false); }
-
-void Locker::acquire(std::chrono::milliseconds timeout) {
-    acquire_until(SteadyClock::now() + timeout, true);
-}
-
-bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
-    std::uint64_t cancels;
+/// (Re)starts contending unless cancelled since `my_cancels`: `now`, the
+/// first attempt on this thread; else from the I/O thread. A single tenure
+/// that ended before it became the hold is stopped first (outside
+/// `starting`: that stop may wait for the handle thread, where an on_lost
+/// callback may be releasing).
+bool Locker::State::start(std::uint64_t my_cancels, bool now) {
+    if (service->status() == Status::RUNNING) {
+        try {
+            service->stop();
+        } catch (const IllegalStateError&) {
+            if (service->status() == Status::RUNNING) throw;  // else a release stopped it meanwhile
+        }
+    }
     {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        if (in_use_) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
-        in_use_ = true;
-        starting_ = true;
-        cancels = cancels_;
+        std::lock_guard<std::mutex> lock(m);
+        if (cancels != my_cancels) return false;
+        starting = true;
+    }
+    try {
+        if (now)
+            (void)service->start_and_wait(SteadyClock::time_point{});  // one round trip, no waiting
+        else
+            service->start();
+    } catch (...) {
+        started_done();
+        throw;
+    }
+    started_done();
+    return true;
+}
+
+bool Locker::State::acquire_until(SteadyClock::time_point deadline, bool bounded) {
+    std::uint64_t my_cancels;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        if (in_use) throw IllegalStateError("Locker for mutex " + mutex() + " already acquired: release it first");
+        in_use = true;
+        my_cancels = cancels;
     }
     auto cancelled = [&] {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        return cancels_ != cancels;
+        std::lock_guard<std::mutex> lock(m);
+        return cancels != my_cancels;
     };
     const auto until = bounded ? deadline : SteadyClock::time_point::max();
-    bool ok;
-    std::int64_t fence = 0;
-    // The start is over (release() may stop it now); `failed`: so is the hold.
-    auto started = [this](bool failed) {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        starting_ = false;
-        if (failed) in_use_ = false;
-        started_.notify_all();
-    };
+    bool held = false;
     try {
-        // Start (an attempt's round trip, no waiting for the lock), then wait.
-        ok = service_->start_and_wait(SteadyClock::time_point{});
-        started(false);
-        if (!ok) ok = service_->wait_owner(until);
-        // Owner when the wait ended, but a lease can end before fence() reads
-        // it: never return with fence 0, wait for the next tenure instead.
-        while (ok && (fence = service_->fence()) == 0) ok = service_->wait_owner(until);
+        for (bool go = start(my_cancels, true); go; go = start(my_cancels, true)) {
+            (void)service->wait_owner(until);
+            std::lock_guard<std::mutex> lock(m);
+            if ((held = take_lease_locked())) break;
+            // Not owner: timed out, cancelled, or the tenure ended before it
+            // became the hold (contend for a new one within the deadline).
+            if (SteadyClock::now() >= until || cancels != my_cancels) break;
+        }
     } catch (...) {
         // A setup mistake (no extension, no grant, no server): stop contending.
-        started(true);
         try {
             stop_hold();
         } catch (const std::exception& e) {
@@ -98,84 +208,80 @@ bool Locker::acquire_until(SteadyClock::time_point deadline, bool bounded) {
         stop_hold();
         throw CancelledError("lock of mutex " + mutex() + " was cancelled");
     }
-    if (!ok) {
-        const auto seen = service_->state().after;
+    if (!held) {
+        const auto seen = service->state().after;
         stop_hold();
         if (!bounded) throw IllegalStateError("Locker for mutex " + mutex() + " was released while acquiring");
         throw TimeoutError(timeout_message(seen));
     }
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    fence_ = fence;
     return true;
 }
 
-void Locker::release() { cancel(); }
-
-void Locker::cancel() {
-    {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        ++cancels_;
-    }
-    stop_hold();
-}
-
-void Locker::stop_hold() {
+void Locker::State::stop_hold() {
     {
         // A start in progress (STARTING) cannot be stopped: wait for it, so
         // its lock is released below instead of taken after we return.
-        std::unique_lock<std::mutex> lock(call_mutex_);
-        started_.wait(lock, [this] { return !starting_; });
+        std::unique_lock<std::mutex> lock(m);
+        started.wait(lock, [this] { return !starting; });
+        unlocking = true;
     }
-    if (service_->status() == Status::RUNNING) service_->stop();
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    in_use_ = false;
+    auto done = [this] {
+        std::lock_guard<std::mutex> lock(m);
+        unlocking = false;
+        in_use = false;
+        hold_fence = 0;
+    };
+    try {
+        if (service->status() == Status::RUNNING) service->stop();
+    } catch (const IllegalStateError&) {
+        // Another release (or a restart) stopped it meanwhile.
+        if (service->status() == Status::RUNNING) {
+            done();
+            throw;
+        }
+    } catch (...) {
+        done();
+        throw;
+    }
+    done();
 }
 
-bool Locker::claim(SteadyClock::time_point deadline, bool& reentered) {
-    std::unique_lock<std::mutex> lock(call_mutex_);
+bool Locker::State::claim(SteadyClock::time_point deadline, bool& reentered) {
+    std::unique_lock<std::mutex> lock(m);
     const auto me = std::this_thread::get_id();
-    reentered = claimant_ == me;
+    reentered = claimed && claimant == me;
     if (reentered) {
-        if (holds_ == 0) throw IllegalStateError("Locker for mutex " + mutex() + " is being taken by this thread");
-        if (holds_ >= max_hold_count_)
-            throw IllegalStateError("Locker for mutex " + mutex() + " already held " + std::to_string(holds_) +
-                                    " times by this thread (max_hold_count " + std::to_string(max_hold_count_) + ")");
-        ++holds_;
+        if (holds == 0) throw IllegalStateError("Locker for mutex " + mutex() + " is being taken by this thread");
+        if (!lease_locked())
+            throw IllegalStateError("Locker for mutex " + mutex() + " lost its lock: unlock() it before locking again");
+        if (holds >= max_hold_count)
+            throw IllegalStateError("Locker for mutex " + mutex() + " already held " + std::to_string(holds) +
+                                    " times by this thread (max_hold_count " + std::to_string(max_hold_count) + ")");
+        ++holds;
         return true;
     }
-    if (!wait_until(claim_cv_, lock, deadline, [this] { return claimant_ == std::thread::id(); })) return false;
-    claimant_ = me;
+    if (!wait_until(claim_cv, lock, deadline, [this] { return !claimed; })) return false;
+    claimed = true;
+    claimant = me;
     return true;
 }
 
-void Locker::unclaim() {
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    claimant_ = std::thread::id();
-    holds_ = 0;
-    claim_cv_.notify_all();
+void Locker::State::unclaim() {
+    std::lock_guard<std::mutex> lock(m);
+    claimed = false;
+    claimant = std::thread::id();
+    holds = 0;
+    claim_cv.notify_all();
 }
 
-bool Locker::lock_until(SteadyClock::time_point deadline) { return claim_and_acquire(deadline, deadline); }
-
-void Locker::lock() { lock_until(SteadyClock::time_point::max()); }
-
-bool Locker::try_lock() {
-    {
-        // As std::recursive_mutex: past the hold limit, false rather than an error.
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        if (claimant_ == std::this_thread::get_id() && holds_ >= max_hold_count_) return false;
-    }
-    // No waiting for another thread; one round trip (the first attempt runs on this thread).
-    return claim_and_acquire(SteadyClock::now(), SteadyClock::time_point{});
-}
-
-bool Locker::claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::time_point acquire_by) {
+bool Locker::State::claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::time_point acquire_by) {
     bool reentered = false;
     if (!claim(claim_by, reentered)) return false;
     if (reentered) return true;
     bool ok = false;
     try {
-        ok = acquire_by == SteadyClock::time_point::max() ? (acquire(), true) : acquire_until(acquire_by, true);
+        const bool bounded = acquire_by != SteadyClock::time_point::max();
+        ok = acquire_until(acquire_by, bounded);
     } catch (const TimeoutError&) {
         ok = false;
     } catch (...) {
@@ -186,35 +292,219 @@ bool Locker::claim_and_acquire(SteadyClock::time_point claim_by, SteadyClock::ti
         unclaim();
         return false;
     }
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    holds_ = 1;
+    std::lock_guard<std::mutex> lock(m);
+    holds = 1;
     return true;
 }
 
-void Locker::unlock() {
-    {
-        std::lock_guard<std::mutex> lock(call_mutex_);
-        if (claimant_ != std::this_thread::get_id() || holds_ == 0)
-            throw IllegalStateError("Locker for mutex " + mutex() + " is not held by this thread");
-        if (--holds_ > 0) return;
+// ------------------------------------------------------------ lock_async
+
+void Locker::State::arm_async() {
+    std::weak_ptr<State> weak = shared_from_this();
+    try {
+        service->when_owner([weak](std::exception_ptr error) {
+            if (auto s = weak.lock()) s->async_settled(error);
+        });
+    } catch (const IllegalStateError&) {
+        // Stopped meanwhile: only a cancel stops it, and that completes the future.
+        std::lock_guard<std::mutex> lock(m);
+        if (async) throw;
     }
-    stop_hold();
-    unclaim();
+}
+
+/// On the handle thread: the service owns, failed for good, stopped, or
+/// its tenure ended before it became the hold (then contend again).
+void Locker::State::async_settled(const std::exception_ptr& error) {
+    std::shared_ptr<std::promise<void>> done;
+    std::uint64_t my_cancels;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        if (!async) return;  // cancelled: cancel() completed the future
+        my_cancels = cancels;
+        if (error || take_lease_locked()) {
+            done = std::move(async);
+            holds = error ? 0 : 1;
+        }
+    }
+    if (done && !error) return done->set_value();
+    if (done) {
+        try {
+            stop_hold();
+        } catch (const std::exception& e) {
+            log_release_failure(e);
+        }
+        unclaim();
+        return done->set_exception(error);
+    }
+    if (service->status() != Status::RUNNING) return;  // a cancel is completing the future
+    try {
+        if (start(my_cancels, false)) arm_async();
+    } catch (...) {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            done = std::move(async);
+        }
+        if (!done) return;
+        unclaim();
+        done->set_exception(std::current_exception());
+    }
+}
+
+// ----------------------------------------------------------------- Locker
+
+Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string contender_id, ContendOptions options,
+               int max_hold_count) {
+    if (max_hold_count < 1) throw InvalidArgumentError("max_hold_count must be at least 1", "22023");
+    s_ = std::make_shared<State>(factory, std::move(mutex), std::move(contender_id), options, max_hold_count);
+    s_->contender->locker = s_;
+}
+
+Locker::~Locker() {
+    if (!s_) return;
+    try {
+        release();
+    } catch (const std::exception& e) {
+        log_release_failure(e);
+    }
+}
+
+Locker::Locker(Locker&& other) noexcept = default;
+
+Locker& Locker::operator=(Locker&& other) noexcept {
+    if (this == &other) return *this;
+    if (s_) {
+        try {
+            release();
+        } catch (const std::exception& e) {
+            log_release_failure(e);
+        }
+    }
+    s_ = std::move(other.s_);
+    return *this;
+}
+
+Locker::State& Locker::state() const {
+    if (!s_) throw IllegalStateError("this Locker was moved from");
+    return *s_;
+}
+
+void Locker::acquire() { state().acquire_until(SteadyClock::time_point::max(), false); }
+
+void Locker::acquire(std::chrono::milliseconds timeout) { state().acquire_until(SteadyClock::now() + timeout, true); }
+
+void Locker::release() { cancel(); }
+
+void Locker::cancel() {
+    auto& s = state();
+    std::shared_ptr<std::promise<void>> waiting;
+    bool async_hold;
+    {
+        std::lock_guard<std::mutex> lock(s.m);
+        ++s.cancels;
+        waiting = std::move(s.async);
+        async_hold = s.claimed && s.claimant == std::thread::id();
+    }
+    s.stop_hold();
+    if (async_hold) s.unclaim();  // no thread holds it to unlock() it
+    if (waiting) waiting->set_exception(std::make_exception_ptr(CancelledError("lock of mutex " + s.mutex() + " was cancelled")));
+}
+
+bool Locker::lock_until(SteadyClock::time_point deadline) { return state().claim_and_acquire(deadline, deadline); }
+
+void Locker::lock() { lock_until(SteadyClock::time_point::max()); }
+
+bool Locker::try_lock() {
+    auto& s = state();
+    {
+        // As std::recursive_mutex: past the hold limit (or on a lost hold), false rather than an error.
+        std::lock_guard<std::mutex> lock(s.m);
+        if (s.claimed && s.claimant == std::this_thread::get_id() &&
+            (s.holds >= s.max_hold_count || !s.lease_locked()))
+            return false;
+    }
+    // No waiting for another thread; one round trip (the first attempt runs on this thread).
+    return s.claim_and_acquire(SteadyClock::now(), SteadyClock::time_point{});
+}
+
+void Locker::unlock() {
+    auto& s = state();
+    {
+        std::lock_guard<std::mutex> lock(s.m);
+        // A lock_async() hold belongs to no thread: any thread unlocks it.
+        const bool mine = s.claimed && !s.async &&
+                          (s.claimant == std::this_thread::get_id() || s.claimant == std::thread::id());
+        if (!mine || s.holds == 0)
+            throw IllegalStateError("Locker for mutex " + s.mutex() + " is not held by this thread");
+        if (--s.holds > 0) return;
+    }
+    s.stop_hold();
+    s.unclaim();
+}
+
+std::future<void> Locker::lock_async() {
+    auto& s = state();
+    auto promise = std::make_shared<std::promise<void>>();
+    auto future = promise->get_future();
+    std::uint64_t my_cancels;
+    {
+        std::lock_guard<std::mutex> lock(s.m);
+        if (s.claimed || s.in_use)
+            throw IllegalStateError("Locker for mutex " + s.mutex() + " is held or being taken: lock_async() needs it idle");
+        s.claimed = true;
+        s.claimant = std::thread::id();
+        s.in_use = true;
+        s.async = promise;
+        my_cancels = s.cancels;
+    }
+    try {
+        if (s.start(my_cancels, false)) s.arm_async();
+    } catch (...) {
+        {
+            std::lock_guard<std::mutex> lock(s.m);
+            s.async = nullptr;
+            s.in_use = false;
+        }
+        s.unclaim();
+        throw;
+    }
+    return future;
 }
 
 int Locker::hold_count() const {
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    return holds_;
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.m);
+    return s.holds;
 }
 
-bool Locker::is_owner() const { return service_->is_owner(); }
+std::optional<Lease> Locker::lease() const {
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.m);
+    return s.lease_locked();
+}
+
+bool Locker::is_owner() const { return s_ && lease().has_value(); }
 
 std::int64_t Locker::fence() const {
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    return fence_;
+    if (!s_) return 0;
+    const auto l = lease();
+    return l ? l->fence : 0;
 }
 
-const std::string& Locker::mutex() const noexcept { return contender_->mutex(); }
-const std::string& Locker::contender_id() const noexcept { return contender_->contender_id(); }
+void Locker::on_lost(std::function<void()> callback) {
+    auto& s = state();
+    s.contender->callbacks.store(static_cast<bool>(callback));
+    std::lock_guard<std::mutex> lock(s.m);
+    s.on_lost = std::move(callback);
+}
+
+const std::string& Locker::mutex() const noexcept {
+    static const std::string none;
+    return s_ ? s_->mutex() : none;
+}
+
+const std::string& Locker::contender_id() const noexcept {
+    static const std::string none;
+    return s_ ? s_->contender->contender_id() : none;
+}
 
 }  // namespace simba

@@ -8,17 +8,21 @@ SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::dur
     return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
 }
 
-Ownership::Ownership(std::string mutex, std::string id, SteadyClock::duration margin)
-    : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin) {
+Ownership::Ownership(std::string mutex, std::string id, SteadyClock::duration margin, bool single_tenure)
+    : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin), single_tenure_(single_tenure) {
     reported_.before = MutexOwner::none(mutex_, SteadyClock::time_point{});
     reported_.after = reported_.before;
 }
 
-void Ownership::start() { running_ = true; }
+void Ownership::start() {
+    running_ = true;
+    ended_ = false;
+}
 
 void Ownership::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at) {
     MutexState st{tenure_, std::move(after)};
     holding_ = false;
+    ended_ = true;
     reported_ = st;
     c.released = std::move(st);
     c.lost_at = lost_at;
@@ -65,10 +69,11 @@ Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_po
         before = tenure_;
         end_tenure(c, after, now);
     }
-    if (after.fence <= claimed_fence_) {
+    if (after.fence <= claimed_fence_ || finished()) {
         // A tenure that ended here (at its deadline, by stop()) is over for
         // good, whatever the server still counts: its fence is not claimed
-        // again. The caller gives it back and contends for a new one.
+        // again. The caller gives it back and contends for a new one. A
+        // single-tenure contender whose tenure ended takes no new one.
         c.disowned = true;
         return c;
     }

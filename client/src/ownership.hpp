@@ -45,7 +45,9 @@ public:
         SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
     };
 
-    Ownership(std::string mutex, std::string id, SteadyClock::duration margin);
+    /// `single_tenure`: once a tenure ended, no later reply begins another
+    /// (ContendOptions::single_tenure); start() allows one again.
+    Ownership(std::string mutex, std::string id, SteadyClock::duration margin, bool single_tenure = false);
 
     /// Contention begins: replies count from now on.
     void start();
@@ -74,6 +76,8 @@ public:
     /// The last step reported or observed (MutexContendService::state()).
     [[nodiscard]] const MutexState& reported() const { return reported_; }
     [[nodiscard]] bool running() const { return running_; }
+    /// Single tenure: a tenure ended since start(); nothing more to attempt.
+    [[nodiscard]] bool finished() const { return single_tenure_ && ended_; }
 
 private:
     /// Ends the held tenure: `after` is what replaced it.
@@ -82,8 +86,10 @@ private:
     std::string mutex_;
     std::string id_;
     SteadyClock::duration margin_;
+    bool single_tenure_;
     bool running_ = false;
     bool holding_ = false;
+    bool ended_ = false;  // a tenure ended since start()
     SteadyClock::time_point deadline_{};
     MutexOwner tenure_;             // the last reply that proved the held tenure
     ServerTime acquired_at_{0};     // the held tenure's grant (renewals move the row's acquired_at)

@@ -229,6 +229,8 @@ struct ContendServiceFactory::Core final : detail::Io {
                 if (connections.connect(lock)) {
                     log(LogLevel::info, "connected (" + std::to_string(contention.running()) + " services)");
                     contention.attempt_all(SteadyClock::now());  // resume
+                } else if (auto e = connections.setup_error()) {
+                    contention.setup_failed(e);
                 }
                 continue;
             }
@@ -388,13 +390,23 @@ protected:
         // once; the connection's is looked at every 50 ms.
         for (;;) {
             const auto now = SteadyClock::now();
-            if (svc_->stops != stops || svc_->ownership.owns(now)) break;
+            if (svc_->stops != stops || svc_->ownership.owns(now) || svc_->ownership.finished()) break;
             if (svc_->error) std::rethrow_exception(svc_->error);
             if (auto e = core_->connections.setup_error()) std::rethrow_exception(e);
             if (now >= until) break;
             svc_->owner_cv.wait_for(lock, std::min<SteadyClock::duration>(until - now, std::chrono::milliseconds(50)));
         }
         return svc_->ownership.owns(SteadyClock::now());
+    }
+
+    void when_owner(std::function<void(std::exception_ptr)> done) override {
+        std::lock_guard<std::mutex> lock(svc_->m);
+        if (status() != Status::RUNNING) throw IllegalStateError("when_owner() needs status RUNNING");
+        svc_->settled = std::move(done);
+        // Settled already: the callback goes to the handle thread now.
+        auto error = svc_->error ? svc_->error : core_->connections.setup_error();
+        if (error || svc_->ownership.owns(SteadyClock::now()) || svc_->ownership.finished())
+            core_->events.settle(*svc_, error);
     }
 
     void stop_contend() override {

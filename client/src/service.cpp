@@ -25,6 +25,10 @@ MutexContendService::MutexContendService(std::shared_ptr<MutexContender> contend
     if (!contender_) throw InvalidArgumentError("contender must not be null", "22004");
 }
 
+void MutexContendService::when_owner(std::function<void(std::exception_ptr)>) {
+    throw IllegalStateError("when_owner() is not supported by this backend");
+}
+
 void MutexContendService::start() { start_with(&MutexContendService::start_contend); }
 
 bool MutexContendService::start_and_wait(SteadyClock::time_point until) {

@@ -27,7 +27,8 @@ struct ServiceCore {
           mutex(contender->mutex()),
           options(o),
           period(id, o.jitter),
-          ownership(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm)) {}
+          ownership(mutex, id, simba::detail::lease_margin(duration(), o.release_margin, o.clock_drift_ppm),
+                    o.single_tenure) {}
 
     std::shared_ptr<MutexContender> contender;
     const std::string id;
@@ -47,6 +48,7 @@ struct ServiceCore {
     std::condition_variable owner_cv;  // a tenure began, it stopped, or an attempt failed for good (wait_owner)
     std::uint64_t stops = 0;           // stops so far (end_locally)
     std::exception_ptr error;          // the last attempt failed and will fail again: wait_owner() throws it
+    std::function<void(std::exception_ptr)> settled;  // when_owner()'s callback, until wait_owner() would return
 
     // I/O thread only.
     MutexOwner last;             // last owner seen from the server
@@ -67,6 +69,19 @@ struct ServiceCore {
     bool is_owner_now() const {
         std::lock_guard<std::mutex> lock(m);
         return ownership.owns(SteadyClock::now());
+    }
+
+    /// What the next attempt is (caller holds m): nothing once a single
+    /// tenure ended (`finished`), else a renewal by fence (a single
+    /// tenure's: `renew_fence` > 0) or simba_acquire.
+    struct Next {
+        bool finished = false;
+        std::int64_t renew_fence = 0;
+    };
+    Next next() const {
+        std::lock_guard<std::mutex> lock(m);
+        if (ownership.finished()) return {true, 0};
+        return {false, options.single_tenure && ownership.holding() ? ownership.tenure().fence : 0};
     }
 
     /// ttl + transition: the lease one grant gives.

@@ -18,6 +18,12 @@ void ServiceEvents::emit(const ServicePtr& svc, std::function<void()> cb) {
     });
 }
 
+void ServiceEvents::settle(ServiceCore& s, std::exception_ptr error) {
+    if (!s.settled) return;
+    executor_.post([done = std::move(s.settled), error] { done(error); });
+    s.settled = nullptr;
+}
+
 void ServiceEvents::drain_one(ServiceCore& s) {
     std::function<void()> cb;
     {
@@ -112,6 +118,10 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
         if (lost) MetricsCell::inc(mc.lost);
         svc->wait_since = change.lost_at;
         emit(svc, [c, st = *change.released] { c->on_released(st); });
+        if (svc->ownership.finished()) {  // a single tenure ended: wait_owner() returns
+            settle(*svc, nullptr);
+            svc->owner_cv.notify_all();
+        }
     }
     if (change.acquired) {
         // Acquire latency from the start of waiting; handoff from the
@@ -127,6 +137,7 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
         svc->notified_at = {};
         emit(svc, [c, st = *change.acquired] { c->on_acquired(st); });
         schedule_expiry(svc, svc->ownership.deadline());
+        settle(*svc, nullptr);
         svc->owner_cv.notify_all();
     }
 }
@@ -135,6 +146,7 @@ void ServiceEvents::end_locally(const ServicePtr& svc) {
     std::lock_guard<std::mutex> lock(svc->m);
     if (!svc->active) return;
     report(svc, svc->ownership.stop(SteadyClock::now()), false);
+    settle(*svc, nullptr);
     svc->active = false;
     ++svc->stops;
     svc->owner_cv.notify_all();  // wait_owner() returns: stopped

@@ -30,6 +30,10 @@ public:
     /// queued), its callbacks, wait_owner(). Idempotent.
     void end_locally(const ServicePtr& svc);
 
+    /// Hands `s`'s when_owner() callback, if any, `error` (nullptr: owner,
+    /// stopped or finished) on the handle thread (caller holds s.m).
+    void settle(ServiceCore& s, std::exception_ptr error);
+
     /// Runs `s`'s pending callbacks on this thread, now.
     static void drain_all(ServiceCore& s);
 

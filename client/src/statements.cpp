@@ -29,6 +29,10 @@ const char* const kAcquireSql =
     "SELECT " SIMBA_OWNER_COLUMNS("$2")
     " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
     " $4::int8 * interval '1 microsecond') AS o";
+const char* const kRenewSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("$2")
+    " FROM simba_renew($1, $2, $3, $4::int8 * interval '1 microsecond',"
+    " $5::int8 * interval '1 microsecond') AS o";
 // Many attempts in one statement, in array order (the client sorts them by
 // mutex name, so batches of different processes lock rows in one order and
 // cannot deadlock each other); column 8 = the attempt's 1-based index.

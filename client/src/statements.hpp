@@ -16,6 +16,9 @@ extern const char* const kAcquireSql;
 /// Many attempts in one statement ($1..$4 arrays); column 8 = the attempt's
 /// 1-based index.
 extern const char* const kAcquireBatchSql;
+/// simba_renew($1 mutex, $2 id, $3 fence, $4 ttl µs, $5 transition µs):
+/// renews that tenure only, never takes the mutex; one owner row.
+extern const char* const kRenewSql;
 /// simba_release($1 mutex, $2 id): true if it was the holder.
 extern const char* const kReleaseSql;
 
@@ -52,7 +55,7 @@ std::exception_ptr typed_error(const std::exception& e, bool lost = false);
 /// could not open, so it is read off libpq's English message where it can
 /// be (3D000, 28P01, 28000, 42501); "" otherwise (no server, say).
 std::string connect_sqlstate(const std::exception& e);
-/// An owner row of kAcquireSql / kAcquireBatchSql, for a request sent at `anchor`.
+/// An owner row of kAcquireSql / kRenewSql / kAcquireBatchSql, for a request sent at `anchor`.
 MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor);
 
 }  // namespace simba::pg::detail

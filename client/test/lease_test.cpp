@@ -222,6 +222,51 @@ TEST(Lease, AForcedReleaseSeenInAReplyEndsTheTenureAtOnce) {
     EXPECT_FALSE(l.owns(at(310)));
 }
 
+// Single tenure (ContendOptions::single_tenure, Locker's): after any loss
+// no reply begins a tenure again until start().
+TEST(SingleTenure, AfterAnyLossNoReplyBeginsAnotherTenure) {
+    enum Loss { deadline, forced, taken_over, renewal_refused, late_renewal };
+    for (const auto loss : {deadline, forced, taken_over, renewal_refused, late_renewal}) {
+        SCOPED_TRACE(loss);
+        Ownership l("m", "me", kMargin, true);
+        l.start();
+        ASSERT_TRUE(l.reply(reply("me", 7, 0), at(10)).acquired);
+        EXPECT_FALSE(l.finished());
+        Ownership::Change c;
+        switch (loss) {
+            case deadline: c = l.expire(at(990)); break;
+            case forced: c = l.reply(free_reply(300), at(310)); break;
+            case taken_over: c = l.reply(reply("other", 8, 300), at(310)); break;
+            case renewal_refused: c = l.reply(reply("me", 8, 300), at(310)); break;  // a new fence of ours
+            case late_renewal: c = l.reply(reply("me", 7, 300), at(1300)); break;     // after the deadline
+        }
+        EXPECT_TRUE(c.released);
+        EXPECT_FALSE(c.acquired);
+        EXPECT_TRUE(l.finished());
+        // Whatever the server grants now (a new fence, the old one), it is given back.
+        for (std::int64_t fence : {7, 8, 9}) {
+            auto again = l.reply(reply("me", fence, 2000), at(2010));
+            EXPECT_FALSE(again.acquired);
+            EXPECT_TRUE(again.disowned);
+            EXPECT_FALSE(l.owns(at(2010)));
+            EXPECT_FALSE(l.lease(at(2010)));
+        }
+        // A restart contends anew: a new fence is a new tenure.
+        (void)l.stop(at(3000));
+        l.start();
+        EXPECT_FALSE(l.finished());
+        EXPECT_TRUE(l.reply(reply("me", 10, 3100), at(3110)).acquired);
+    }
+}
+
+TEST(SingleTenure, TheDefaultKeepsContendingAfterALoss) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    (void)l.reply(free_reply(300), at(310));
+    EXPECT_FALSE(l.finished());
+    EXPECT_TRUE(l.reply(reply("me", 8, 400), at(410)).acquired);
+}
+
 TEST(Lease, AnotherOwnerIsBusyAndNoChangeForUs) {
     auto l = started();
     auto c = l.reply(reply("other", 3, 0), at(10));

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -39,6 +41,15 @@ struct ContendOptions {
     /// much faster the server's clock may run than this machine's (the
     /// margin grows with the lease; 500 ppm = 150 ms of a 5-minute lease).
     int clock_drift_ppm = 500;
+    /// Contend for one tenure only (Locker's: loss is final). Once the
+    /// tenure ends other than by stop() (lease end, forced release, a
+    /// renewal refused), the service stays RUNNING but attempts nothing
+    /// more: is_owner() stays false and wait_owner() returns false at once,
+    /// until stop() and start(). Its renewals are by fence (simba_renew),
+    /// so a lost tenure is never replaced by a new one on the server.
+    /// Off (the default): the service keeps contending after a loss, each
+    /// tenure reported as its own (leader election).
+    bool single_tenure = false;
     /// Throws InvalidArgumentError (22023) unless ttl > 0, transition >= 0,
     /// release_margin >= 0 and clock_drift_ppm is in 0..100000.
     void validate() const;
@@ -64,13 +75,23 @@ public:
     [[nodiscard]] bool start_and_wait(const std::chrono::time_point<Clock, Duration>& until) {
         return start_and_wait(steady_deadline(until));
     }
-    /// Blocks until is_owner(), `until` passes or the service stops;
-    /// returns is_owner().
+    /// Blocks until is_owner(), `until` passes, the service stops or (single
+    /// tenure) its tenure ended; returns is_owner(). Throws a setup mistake
+    /// (simba::Error with its SQLSTATE) at once.
     [[nodiscard]] virtual bool wait_owner(SteadyClock::time_point until) const = 0;
     template <typename Clock, typename Duration>
     [[nodiscard]] bool wait_owner(const std::chrono::time_point<Clock, Duration>& until) const {
         return wait_owner(steady_deadline(until));
     }
+    /// wait_owner() without a thread: calls `done` once, on the factory's
+    /// handle thread, when wait_owner() with no deadline would return —
+    /// done(nullptr) when this service owns, stopped or (single tenure) its
+    /// tenure ended (read lease() to tell), done(error) for a setup mistake.
+    /// A second call before the first callback ran replaces it. `done` must
+    /// not block; it may call start() and stop(). Locker::lock_async() is
+    /// built on it. Throws IllegalStateError unless RUNNING, or where the
+    /// backend has no handle thread (the default).
+    virtual void when_owner(std::function<void(std::exception_ptr)> done);
     /// RUNNING -> STOPPING -> INITIAL. Releases the mutex if held (the
     /// server NOTIFYs waiters), fires on_released for an owner, and returns
     /// only after every callback of this service has run.
