@@ -173,7 +173,7 @@ void Connections::open_listen() {
     if (listen_info_.empty() || !up_) return;
     std::string info = listen_info_;
     if (options_.listen_conninfo.empty()) info = pin_host(info, stmt_->hostname(), stmt_->port());
-    const auto deadline = std::chrono::seconds(std::max(2, options_.connect_timeout_s)) * host_count(info);
+    const auto deadline = connect_timeout(options_) * host_count(info);
     if (!listen_.open(info, SteadyClock::now(), deadline)) listen_failed();
     open_.store(1 + listen_.is_open());
 }

@@ -81,6 +81,12 @@ struct ContendServiceFactory::Core final : detail::Io {
             throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
         if (o.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
         if (o.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
+        if (o.connect_timeout.count() < 0) throw InvalidArgumentError("connect_timeout must not be negative", "22023");
+        if (o.keepalives_idle.count() < 0) throw InvalidArgumentError("keepalives_idle must not be negative", "22023");
+        if (o.keepalives_interval.count() < 0)
+            throw InvalidArgumentError("keepalives_interval must not be negative", "22023");
+        if (o.tcp_user_timeout.count() < 0)
+            throw InvalidArgumentError("tcp_user_timeout must not be negative", "22023");
         if (o.listen_ping_interval.count() <= 0)
             throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
         if (o.notify_min_interval.count() <= 0)

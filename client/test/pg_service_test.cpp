@@ -1044,6 +1044,17 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
     EXPECT_THROW(simba::Semaphore(factory, "me", bad_sem), simba::InvalidArgumentError);
     EXPECT_THROW(simba::Locker(factory, "", "me"), simba::InvalidArgumentError);
     EXPECT_FALSE(factory.connected());
+    // Durations of the factory's own: none may be negative.
+    for (auto set : std::initializer_list<void (*)(simba::pg::FactoryOptions&)>{
+             [](simba::pg::FactoryOptions& f) { f.connect_timeout = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.keepalives_idle = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.keepalives_interval = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.tcp_user_timeout = -1ms; }}) {
+        auto bad_factory = o;
+        set(bad_factory);
+        EXPECT_THROW(simba::pg::ContendServiceFactory("host=/nonexistent-simba-dir", bad_factory),
+                     simba::InvalidArgumentError);
+    }
 }
 
 TEST(Errors, ServerErrorsAreLoggedWithTheirSqlstateAndFenceErrorsMap) {

@@ -71,12 +71,13 @@ struct FactoryOptions {
     /// sends one statement per attempt.
     int batch_max = 100;
     std::chrono::milliseconds batch_window{50};
-    /// libpq connect_timeout (seconds, libpq's minimum is 2, per host of a
-    /// multi-host string) and TCP keepalives; each of these and
-    /// tcp_user_timeout is used only when the connection string does not set it.
-    int connect_timeout_s = 5;
-    int keepalives_idle_s = 5;
-    int keepalives_interval_s = 2;
+    /// libpq connect_timeout (whole seconds, libpq's minimum is 2, per host
+    /// of a multi-host string) and TCP keepalives; each of these and
+    /// tcp_user_timeout is used only when the connection string does not set
+    /// it. None may be negative (InvalidArgumentError, 22023).
+    std::chrono::seconds connect_timeout{5};
+    std::chrono::seconds keepalives_idle{5};
+    std::chrono::seconds keepalives_interval{2};
     int keepalives_count = 3;
     /// libpq tcp_user_timeout: a TCP connection whose sent data (or
     /// keepalive probes) stay unacknowledged this long is dropped by the
@@ -84,7 +85,7 @@ struct FactoryOptions {
     /// blackholed server). Statements also have a deadline of their own:
     /// statement_timeout and a half, past which the factory drops the
     /// connection and reconnects, even to a server whose TCP still answers.
-    int tcp_user_timeout_ms = 10000;
+    std::chrono::milliseconds tcp_user_timeout{10000};
     /// The LISTEN connection is idle by nature, so nothing would notice it
     /// frozen or blackholed: after this long without an exchange the
     /// factory sends LISTEN again and drops the connection (and reconnects
