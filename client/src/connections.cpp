@@ -150,6 +150,10 @@ void Connections::set_up(bool v) {
 
 std::exception_ptr Connections::setup_error() const {
     std::lock_guard<std::mutex> lock(state_m_);
+    return setup_error_locked();
+}
+
+std::exception_ptr Connections::setup_error_locked() const {
     return connect_error_permanent_ || connects_.load() == 0 ? connect_error_ : nullptr;
 }
 
@@ -158,9 +162,10 @@ bool Connections::connected() const {
     return up_flag_;
 }
 
-bool Connections::wait_connected(SteadyClock::time_point until) const {
+bool Connections::wait_connected(SteadyClock::time_point until, bool or_setup_error) const {
     std::unique_lock<std::mutex> lock(state_m_);
-    return simba::wait_until(state_cv_, lock, until, [&] { return up_flag_; });
+    simba::wait_until(state_cv_, lock, until, [&] { return up_flag_ || (or_setup_error && setup_error_locked()); });
+    return up_flag_;
 }
 
 // ------------------------------------------------------------------ LISTEN

@@ -178,7 +178,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         });
     }
 
-    bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until); }
+    bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
+    std::exception_ptr setup_error() const override { return connections.setup_error(); }
 
     void while_waiting() override {
         if (executor.on_this_thread()) watchdog.cut_overdue();
@@ -469,7 +470,7 @@ bool ContendServiceFactory::connected() const {
 }
 
 bool ContendServiceFactory::wait_connected(std::chrono::milliseconds timeout) const {
-    return core_->wait_connected(SteadyClock::now() + timeout);
+    return core_->connections.wait_connected(SteadyClock::now() + timeout);
 }
 
 std::uint64_t ContendServiceFactory::connects() const { return core_->connections.connects(); }

@@ -92,13 +92,18 @@ public:
     /// One attempt: a permit if fewer than `permits` of `key` are live, else
     /// nullopt. Throws InvalidArgumentError for bad arguments (before any
     /// round trip), ConnectionError when the factory is not connected within
-    /// connect_wait, and the server's errors as simba::Error subclasses.
+    /// connect_wait — at once for a setup mistake (no server before the first
+    /// connect, wrong database or role: the connect's SQLSTATE and message)
+    /// — and the server's errors as simba::Error subclasses (no extension:
+    /// ServerError 42883; no grant: PermissionDeniedError 42501).
     [[nodiscard]] std::optional<Permit> try_acquire(const std::string& key, int permits,
                                                     std::chrono::milliseconds ttl,
                                                     const std::string& context = {});
     /// Waits up to `timeout` for a permit: retries when a permit of `key` is
     /// released (NOTIFY) and every poll_interval. Throws TimeoutError when
-    /// none was granted in time (connection errors are retried until then).
+    /// none was granted in time. A lost or refused connection is retried
+    /// until then; every other error of try_acquire(), setup mistakes
+    /// included, is thrown at once.
     [[nodiscard]] Permit acquire(const std::string& key, int permits, std::chrono::milliseconds ttl,
                                  std::chrono::milliseconds timeout, const std::string& context = {});
 
