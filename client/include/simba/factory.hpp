@@ -2,6 +2,13 @@
 //
 // simba::ContendServiceFactory is the backend-neutral interface (a TCK is
 // written once against it); simba::pg::ContendServiceFactory is PostgreSQL.
+//
+// Thread-safety: every member of a factory may be called from any threads
+// at once, from callbacks too (a wait_connected() there holds up every
+// callback of the factory while it waits). The factory must outlive the
+// services, Lockers, Schedulers, Semaphores and Permits made from it; a
+// callback may destroy its own service and then the factory. FactoryOptions
+// is a plain value, read once by the constructor.
 #pragma once
 
 #include <chrono>

@@ -12,6 +12,17 @@
 // true and on_lost runs on the factory's handle thread, no later than the
 // lease deadline (send time of the last successful grant/refresh + ttl,
 // less SemaphoreOptions' margin).
+//
+// Thread-safety: a Semaphore is copyable and movable (copies share the
+// factory) and its members may be called from any threads at once. A
+// Permit's members may be called from any threads at once, except that
+// moving, assigning or destroying it must not overlap another call on it; a
+// moved-from Permit may only be assigned to or destroyed (release() on it
+// returns false). on_lost runs on the factory's handle thread, shared with
+// every callback of the factory's services: keep it quick. It may call its
+// own permit's release() (which does not wait for the callback that calls
+// it) and any other Permit or Semaphore member; a blocking acquire() there
+// holds up every other callback of the factory until it returns.
 #pragma once
 
 #include <chrono>
