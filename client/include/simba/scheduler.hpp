@@ -86,9 +86,9 @@ public:
     [[nodiscard]] const MutexContendService& service() const noexcept;
 
     struct State;
-    struct Impl;
 
 private:
+    struct Impl;
     Impl& impl() const;
     std::unique_ptr<Impl> impl_;
 };
