@@ -151,6 +151,10 @@ void Connections::set_up(bool v) {
 
 std::exception_ptr Connections::setup_error() const {
     std::lock_guard<std::mutex> lock(state_m_);
+    return setup_error_locked();
+}
+
+std::exception_ptr Connections::setup_error_locked() const {
     return connect_error_permanent_ || connects_.load() == 0 ? connect_error_ : nullptr;
 }
 
@@ -159,9 +163,10 @@ bool Connections::connected() const {
     return up_flag_;
 }
 
-bool Connections::wait_connected(SteadyClock::time_point until) const {
+bool Connections::wait_connected(SteadyClock::time_point until, bool or_setup_error) const {
     std::unique_lock<std::mutex> lock(state_m_);
-    return simba::wait_until(state_cv_, lock, until, [&] { return up_flag_; });
+    simba::wait_until(state_cv_, lock, until, [&] { return up_flag_ || (or_setup_error && setup_error_locked()); });
+    return up_flag_;
 }
 
 // ------------------------------------------------------------------ LISTEN
@@ -174,7 +179,7 @@ void Connections::open_listen() {
     if (listen_info_.empty() || !up_) return;
     std::string info = listen_info_;
     if (options_.listen_conninfo.empty()) info = pin_host(info, stmt_->hostname(), stmt_->port());
-    const auto deadline = std::chrono::seconds(std::max(2, options_.connect_timeout_s)) * host_count(info);
+    const auto deadline = connect_timeout(options_) * host_count(info);
     if (!listen_.open(info, SteadyClock::now(), deadline)) listen_failed();
     open_.store(1 + listen_.is_open());
 }

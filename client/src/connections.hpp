@@ -84,11 +84,14 @@ public:
     /// waiting for a lock are told at once. Null once connected, and while a
     /// factory that was connected retries a transient failure.
     [[nodiscard]] std::exception_ptr setup_error() const;
-    bool wait_connected(SteadyClock::time_point until) const;
+    /// Waits until connected() or `until`; with `or_setup_error`, also
+    /// returns (false) as soon as setup_error() is set.
+    bool wait_connected(SteadyClock::time_point until, bool or_setup_error = false) const;
     [[nodiscard]] int open_count() const { return open_.load(); }
     [[nodiscard]] std::uint64_t connects() const { return connects_.load(); }
 
 private:
+    std::exception_ptr setup_error_locked() const;
     void set_up(bool v);
     void lost();
     std::chrono::milliseconds next_backoff();

@@ -53,13 +53,17 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o) {
     Params kv = parse(user);
     kv.emplace("application_name", o.application_name);
     o.application_name = kv["application_name"];  // the name in effect
-    kv.emplace("connect_timeout", std::to_string(std::max(2, o.connect_timeout_s)));
+    kv.emplace("connect_timeout", std::to_string(connect_timeout(o).count()));
     kv.emplace("keepalives", "1");
-    kv.emplace("keepalives_idle", std::to_string(o.keepalives_idle_s));
-    kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval_s));
+    kv.emplace("keepalives_idle", std::to_string(o.keepalives_idle.count()));
+    kv.emplace("keepalives_interval", std::to_string(o.keepalives_interval.count()));
     kv.emplace("keepalives_count", std::to_string(o.keepalives_count));
-    kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout_ms));
+    kv.emplace("tcp_user_timeout", std::to_string(o.tcp_user_timeout.count()));
     return render(kv);
+}
+
+std::chrono::seconds connect_timeout(const FactoryOptions& o) {
+    return std::max(std::chrono::seconds(2), o.connect_timeout);
 }
 
 std::string pin_host(const std::string& conninfo, const char* host, const char* port) {

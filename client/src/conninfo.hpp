@@ -3,6 +3,7 @@
 // the user set nothing.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "simba/factory.hpp"
@@ -15,6 +16,8 @@ std::string build_conninfo(const std::string& user, FactoryOptions& o);
 /// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
 /// statement connection's; empty for "none" (poll only).
 std::string listen_conninfo_for(const std::string& user, FactoryOptions o);
+/// FactoryOptions::connect_timeout raised to libpq's minimum of 2 s.
+std::chrono::seconds connect_timeout(const FactoryOptions& o);
 /// `conninfo` with its host (and port, when given) replaced by this one:
 /// where a connection that came before it landed.
 std::string pin_host(const std::string& conninfo, const char* host, const char* port);

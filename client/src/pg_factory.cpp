@@ -81,6 +81,12 @@ struct ContendServiceFactory::Core final : detail::Io {
             throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
         if (o.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
         if (o.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
+        if (o.connect_timeout.count() < 0) throw InvalidArgumentError("connect_timeout must not be negative", "22023");
+        if (o.keepalives_idle.count() < 0) throw InvalidArgumentError("keepalives_idle must not be negative", "22023");
+        if (o.keepalives_interval.count() < 0)
+            throw InvalidArgumentError("keepalives_interval must not be negative", "22023");
+        if (o.tcp_user_timeout.count() < 0)
+            throw InvalidArgumentError("tcp_user_timeout must not be negative", "22023");
         if (o.listen_ping_interval.count() <= 0)
             throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
         if (o.notify_min_interval.count() <= 0)
@@ -172,7 +178,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         });
     }
 
-    bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until); }
+    bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
+    std::exception_ptr setup_error() const override { return connections.setup_error(); }
 
     void while_waiting() override {
         if (executor.on_this_thread()) watchdog.cut_overdue();
@@ -475,7 +482,7 @@ bool ContendServiceFactory::connected() const {
 }
 
 bool ContendServiceFactory::wait_connected(std::chrono::milliseconds timeout) const {
-    return core_->wait_connected(SteadyClock::now() + timeout);
+    return core_->connections.wait_connected(SteadyClock::now() + timeout);
 }
 
 std::uint64_t ContendServiceFactory::connects() const { return core_->connections.connects(); }

@@ -28,8 +28,13 @@ public:
     /// Returns false, running nothing, once the factory is shutting down.
     virtual bool run(std::function<void(pqxx::connection&)> fn,
                      std::function<void(std::exception_ptr)> failed) = 0;
-    /// Waits until both connections are up, or `until`; returns whether they are.
+    /// Waits until both connections are up, or `until`, or setup_error()
+    /// is set; returns whether they are up.
     virtual bool wait_connected(SteadyClock::time_point until) = 0;
+    /// A connect failure that is a setup mistake (Connections::setup_error):
+    /// wrong database or role, no server before the first connect. Null
+    /// otherwise.
+    [[nodiscard]] virtual std::exception_ptr setup_error() const = 0;
     /// Called in a loop while a caller waits for the I/O thread. On the
     /// handle thread (a callback) it runs the statement watchdog, which
     /// cannot run there while that thread waits: a hung statement is still

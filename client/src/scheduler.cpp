@@ -1,5 +1,9 @@
 #include "simba/scheduler.hpp"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
 
@@ -86,60 +90,88 @@ void Scheduler::State::run_worker() {
     }
 }
 
+/// What a Scheduler owns, behind a pointer so that a running one can move.
+struct Scheduler::Impl {
+    std::shared_ptr<State> state = std::make_shared<State>();
+    std::unique_ptr<MutexContendService> service;
+    std::mutex call_m;  // start() and stop() one at a time: the worker is theirs
+    std::thread worker;
+
+    ~Impl() {
+        try {
+            if (service->status() == Status::RUNNING) stop();
+        } catch (const std::exception& e) {
+            log(LogLevel::error, std::string("Scheduler stop in destructor failed: ") + e.what());
+        }
+        if (worker.joinable()) worker.join();
+    }
+
+    void start() {
+        std::lock_guard<std::mutex> call(call_m);
+        if (worker.joinable()) throw IllegalStateError("Scheduler already started");
+        {
+            std::lock_guard<std::mutex> lock(state->m);
+            state->quit = false;
+        }
+        service->start();
+        auto st = state;
+        worker = std::thread([st] { st->run_worker(); });
+    }
+
+    void stop() {
+        std::lock_guard<std::mutex> call(call_m);
+        std::thread running;
+        {
+            std::lock_guard<std::mutex> lock(state->m);
+            if (service->status() != Status::RUNNING)
+                throw IllegalStateError(std::string("stop() needs status RUNNING, not ") +
+                                        to_string(service->status()));
+            if (state->quit) throw IllegalStateError("Scheduler is already stopping");
+            state->quit = true;  // no further runs
+            state->cv.notify_all();
+            running = std::move(worker);
+        }
+        // A running work item finishes while we still hold the lock; only then
+        // is it released, so the next leader's work never overlaps ours.
+        if (running.joinable()) running.join();
+        service->stop();
+    }
+};
+
 Scheduler::Scheduler(ContendServiceFactory& factory, std::string mutex, ScheduleConfig config, Work work,
-                     std::string contender_id, ContendOptions options)
-    : state_(std::make_shared<State>()) {
+                     std::string contender_id, ContendOptions options) {
     if (config.period.count() <= 0) throw InvalidArgumentError("period must be positive", "22023");
     if (config.initial_delay.count() < 0) throw InvalidArgumentError("initial_delay must not be negative", "22023");
     if (!work) throw InvalidArgumentError("work must not be null", "22004");
-    state_->config = config;
-    state_->work = std::move(work);
-    service_ = factory.create(std::make_shared<WorkContender>(std::move(mutex), std::move(contender_id), state_),
-                              options);
-    state_->service = service_.get();
+    auto impl = std::make_unique<Impl>();
+    auto& state = *impl->state;
+    state.config = config;
+    state.work = std::move(work);
+    impl->service = factory.create(
+        std::make_shared<WorkContender>(std::move(mutex), std::move(contender_id), impl->state), options);
+    state.service = impl->service.get();
+    impl_ = std::move(impl);
 }
 
-Scheduler::~Scheduler() {
-    try {
-        if (status() == Status::RUNNING) stop();
-    } catch (const std::exception& e) {
-        log(LogLevel::error, std::string("Scheduler stop in destructor failed: ") + e.what());
-    }
-    if (worker_.joinable()) worker_.join();
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&& other) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&& other) noexcept = default;
+
+Scheduler::Impl& Scheduler::impl() const {
+    if (!impl_) throw IllegalStateError("this Scheduler was moved from");
+    return *impl_;
 }
 
-void Scheduler::start() {
-    std::lock_guard<std::mutex> call(call_m_);
-    if (worker_.joinable()) throw IllegalStateError("Scheduler already started");
-    {
-        std::lock_guard<std::mutex> lock(state_->m);
-        state_->quit = false;
-    }
-    service_->start();
-    auto st = state_;
-    worker_ = std::thread([st] { st->run_worker(); });
-}
+void Scheduler::start() { impl().start(); }
 
-void Scheduler::stop() {
-    std::lock_guard<std::mutex> call(call_m_);
-    std::thread worker;
-    {
-        std::lock_guard<std::mutex> lock(state_->m);
-        if (status() != Status::RUNNING)
-            throw IllegalStateError(std::string("stop() needs status RUNNING, not ") + to_string(status()));
-        if (state_->quit) throw IllegalStateError("Scheduler is already stopping");
-        state_->quit = true;  // no further runs
-        state_->cv.notify_all();
-        worker = std::move(worker_);
-    }
-    // A running work item finishes while we still hold the lock; only then
-    // is it released, so the next leader's work never overlaps ours.
-    if (worker.joinable()) worker.join();
-    service_->stop();
-}
+void Scheduler::stop() { impl().stop(); }
 
-bool Scheduler::is_leader() const { return service_->is_owner(); }
+bool Scheduler::wait_leader(SteadyClock::time_point until) const { return impl().service->wait_owner(until); }
 
-Status Scheduler::status() const noexcept { return service_->status(); }
+bool Scheduler::is_leader() const { return impl_ && impl_->service->is_owner(); }
+
+Status Scheduler::status() const noexcept { return impl_ ? impl_->service->status() : Status::INITIAL; }
+
+const MutexContendService& Scheduler::service() const noexcept { return *impl_->service; }
 
 }  // namespace simba

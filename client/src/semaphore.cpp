@@ -238,7 +238,9 @@ Semaphore::Semaphore(pg::ContendServiceFactory& factory, std::string holder, Sem
 std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits, milliseconds ttl,
                                              const std::string& context) {
     validate_acquire(key, holder_, permits, ttl, context);
-    io_->wait_connected(SteadyClock::now() + options_.connect_wait);  // run() says if it is not
+    // run() says if it is not connected; a setup mistake is thrown at once.
+    if (!io_->wait_connected(SteadyClock::now() + options_.connect_wait))
+        if (auto e = io_->setup_error()) std::rethrow_exception(e);
     auto st = std::make_shared<Permit::State>();
     st->io = io_;
     st->key = key;
@@ -287,7 +289,11 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
         try {
             if (auto permit = try_acquire(key, permits, ttl, context)) return std::move(*permit);
         } catch (const ConnectionError&) {
-            // Retried below until the timeout; the factory reconnects.
+            // A setup mistake (no server, wrong database or role) is final;
+            // anything else is retried below until the timeout, the factory
+            // reconnects. The server's errors (no extension, no grant) are
+            // not ConnectionErrors: they propagate at once.
+            if (io_->setup_error()) throw;
         }
         const auto now = SteadyClock::now();
         if (now >= deadline)

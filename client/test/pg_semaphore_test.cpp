@@ -294,6 +294,49 @@ TEST(Semaphore, AcquireTimesOutWithoutEndingEarly) {
     EXPECT_EQ(live_count(*db, key), 1);
 }
 
+TEST(Semaphore, SetupMistakesAreThrownByAcquireAtOnce) {
+    // A blocking acquire() with a long timeout: a setup mistake must not
+    // wait it out (issue 23, bullet 2).
+    auto db = admin();
+    expect_setup_mistakes_thrown(*db, [](const std::string& conninfo) {
+        simba::pg::ContendServiceFactory factory(conninfo, test_options("sem-setup-mistake"));
+        Semaphore sem(factory, "me");
+        return error_of([&] { (void)sem.acquire(unique_name("sem-setup-mistake"), 1, 2000ms, 10s); });
+    });
+}
+
+TEST(Semaphore, AcquireRidesOutAKilledConnectionWithinItsTimeout) {
+    // Transient faults are not setup mistakes: a waiting acquire() keeps
+    // waiting through its backends killed (57P01) and reconnects refused for
+    // a while, then takes the permit once it is free.
+    auto root = admin();
+    ScratchDatabase scratch(*root, "semretry");
+    const auto opts = test_options("semretry");
+    simba::pg::ContendServiceFactory holder_factory(scratch.conninfo(), test_options("semretry-holder"));
+    simba::pg::ContendServiceFactory factory(scratch.conninfo(), opts);
+    Semaphore holders(holder_factory, "holder");
+    Semaphore waiters(factory, "waiter");
+    const auto key = unique_name("retry");
+    auto held = holders.try_acquire(key, 1, 5s);
+    ASSERT_TRUE(held);
+    ASSERT_TRUE(factory.wait_connected(5s));
+    auto waiter = std::async(std::launch::async, [&] { return waiters.acquire(key, 1, 5s, 20s); });
+    std::this_thread::sleep_for(200ms);
+    scratch.refuse_connections();
+    {
+        pqxx::nontransaction tx(*root);
+        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                       opts.application_name);
+    }
+    std::this_thread::sleep_for(500ms);  // reconnects refused meanwhile
+    scratch.refuse_connections(false);
+    EXPECT_TRUE(held->release());
+    ASSERT_EQ(waiter.wait_for(15s), std::future_status::ready);
+    auto permit = waiter.get();  // rethrows what acquire() threw
+    EXPECT_EQ(permit.key(), key);
+    EXPECT_FALSE(permit.lost());
+}
+
 TEST(Semaphore, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
     // No server at this address: only client-side validation can answer.
     simba::pg::ContendServiceFactory factory("host=/nonexistent-simba-socket-dir", test_options("semargs"));

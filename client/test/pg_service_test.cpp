@@ -950,6 +950,50 @@ TEST(Scheduler, StopReleasesOnlyAfterTheRunningWorkItem) {
     EXPECT_THROW(s.stop(), simba::IllegalStateError);
 }
 
+TEST(Scheduler, WaitLeaderThrowsSetupMistakesAtOnce) {
+    auto db = admin();
+    expect_setup_mistakes_thrown(*db, [](const std::string& conninfo) {
+        simba::pg::ContendServiceFactory factory(conninfo, test_options("sched-setup-mistake"));
+        simba::Scheduler s(factory, unique_name("sched-setup-mistake"), simba::ScheduleConfig::fixed_rate(0ms, 10ms),
+                           [] {}, "S", lease(2000ms, 1000ms));
+        s.start();
+        return error_of([&] { (void)s.wait_leader(SteadyClock::now() + 10s); });
+    });
+}
+
+TEST(Scheduler, MovesWhileRunningAndStopsThroughTheNewObject) {
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sched-move"));
+    const auto m = unique_name("sched-move");
+    std::atomic<int> runs{0};
+    simba::Scheduler first(factory, m, simba::ScheduleConfig::fixed_rate(0ms, 10ms), [&] { ++runs; }, "S",
+                           lease(1000ms, 500ms));
+    first.start();
+    ASSERT_TRUE(first.wait_leader(std::chrono::steady_clock::now() + 10s));
+    simba::Scheduler moved(std::move(first));
+    // The moved-from one is empty: INITIAL, not leader, start/stop refused.
+    EXPECT_EQ(first.status(), simba::Status::INITIAL);  // NOLINT(bugprone-use-after-move)
+    EXPECT_FALSE(first.is_leader());                     // NOLINT(bugprone-use-after-move)
+    EXPECT_THROW(first.stop(), simba::IllegalStateError);
+    const int before = runs.load();
+    ASSERT_TRUE(eventually([&] { return runs.load() >= before + 3; }, 10s)) << "the worker kept running";
+    EXPECT_TRUE(moved.is_leader());
+    EXPECT_EQ(owner_of(*db, m), "S");
+    // Move assignment: the target's own scheduler is stopped first.
+    simba::Scheduler target(factory, m + "-other", simba::ScheduleConfig::fixed_rate(0ms, 10ms), [] {}, "T",
+                            lease(1000ms, 500ms));
+    target.start();
+    ASSERT_TRUE(target.wait_leader(SteadyClock::now() + 10s));
+    target = std::move(moved);
+    EXPECT_EQ(owner_of(*db, m + "-other"), "") << "the scheduler assigned over was stopped";
+    EXPECT_TRUE(target.is_leader());
+    target.stop();
+    const int final_runs = runs.load();
+    EXPECT_EQ(owner_of(*db, m), "");
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(runs.load(), final_runs) << "nothing ran after stop() returned";
+}
+
 // ---------------------------------------------------------- 1,000 services
 
 TEST(ThousandServices, TwoConnectionsAndBoundedThreads) {
@@ -1044,6 +1088,17 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyRoundTrip) {
     EXPECT_THROW(simba::Semaphore(factory, "me", bad_sem), simba::InvalidArgumentError);
     EXPECT_THROW(simba::Locker(factory, "", "me"), simba::InvalidArgumentError);
     EXPECT_FALSE(factory.connected());
+    // Durations of the factory's own: none may be negative.
+    for (auto set : std::initializer_list<void (*)(simba::pg::FactoryOptions&)>{
+             [](simba::pg::FactoryOptions& f) { f.connect_timeout = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.keepalives_idle = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.keepalives_interval = -1s; },
+             [](simba::pg::FactoryOptions& f) { f.tcp_user_timeout = -1ms; }}) {
+        auto bad_factory = o;
+        set(bad_factory);
+        EXPECT_THROW(simba::pg::ContendServiceFactory("host=/nonexistent-simba-dir", bad_factory),
+                     simba::InvalidArgumentError);
+    }
 }
 
 TEST(Errors, ServerErrorsAreLoggedWithTheirSqlstateAndFenceErrorsMap) {

@@ -15,13 +15,13 @@ std::unique_ptr<pqxx::connection> admin(const std::string& conninfo) {
     return c;
 }
 
-ScratchDatabase::ScratchDatabase(pqxx::connection& root, const std::string& prefix)
+ScratchDatabase::ScratchDatabase(pqxx::connection& root, const std::string& prefix, bool with_extension)
     : root_(root), name_(unique_name(prefix)), quoted_(root.quote_name(name_)) {
     {
         pqxx::nontransaction tx(root_);
         tx.exec0("CREATE DATABASE " + quoted_);
     }
-    admin(conninfo());  // creates the extension there
+    if (with_extension) admin(conninfo());  // creates the extension there
 }
 
 ScratchDatabase::~ScratchDatabase() {
@@ -66,6 +66,43 @@ std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root) {
                  "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$");
     }
     return std::make_unique<pqxx::connection>("user=regress_simba_stranger");
+}
+
+Outcome error_of(const std::function<void()>& call) {
+    const auto t0 = SteadyClock::now();
+    std::exception_ptr error;
+    try {
+        call();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    const auto took = SteadyClock::now() - t0;
+    if (!error) error = std::make_exception_ptr(std::runtime_error("no error"));
+    return {error, took};
+}
+
+void expect_setup_mistakes_thrown(pqxx::connection& root,
+                                  const std::function<Outcome(const std::string& conninfo)>& attempt) {
+    {
+        SCOPED_TRACE("a database without the extension");
+        ScratchDatabase bare(root, "noext", false);
+        expect_error<simba::ServerError>(attempt(bare.conninfo()), "42883", "simba_");
+    }
+    {
+        SCOPED_TRACE("a role without a grant");
+        ungranted(root);
+        expect_error<simba::PermissionDeniedError>(attempt("user=regress_simba_stranger"), "42501",
+                                                   "permission denied");
+    }
+    {
+        SCOPED_TRACE("a database that does not exist");
+        expect_error<simba::ConnectionError>(attempt("dbname=simba_no_such_database"), "3D000",
+                                             "simba_no_such_database");
+    }
+    {
+        SCOPED_TRACE("a port nothing listens on");
+        expect_error<simba::ConnectionError>(attempt("host=127.0.0.1 port=1 connect_timeout=2"), "", "127.0.0.1");
+    }
 }
 
 void notify_storm(pqxx::connection& c, const std::string& name, int n, std::atomic<int>* sent) {

@@ -11,6 +11,7 @@
 #include <pqxx/pqxx>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "simba/simba.hpp"
@@ -24,10 +25,11 @@ using simba::SteadyClock;
 std::unique_ptr<pqxx::connection> admin(const std::string& conninfo = {});
 
 /// A database of the test's own, for outages (ALLOW_CONNECTIONS false):
-/// created with the extension, dropped (WITH FORCE) at the end of the scope.
+/// created with the extension (unless `with_extension` is false), dropped
+/// (WITH FORCE) at the end of the scope.
 class ScratchDatabase {
 public:
-    ScratchDatabase(pqxx::connection& root, const std::string& prefix);
+    ScratchDatabase(pqxx::connection& root, const std::string& prefix, bool with_extension = true);
     ~ScratchDatabase();
     ScratchDatabase(const ScratchDatabase&) = delete;
     ScratchDatabase& operator=(const ScratchDatabase&) = delete;
@@ -55,6 +57,33 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
 /// A connection as a role with no simba grant at all (created if need be):
 /// what anyone who may connect to the database can do.
 std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root);
+
+/// What a call threw (a runtime_error "no error" if nothing) and how long it took.
+using Outcome = std::pair<std::exception_ptr, SteadyClock::duration>;
+Outcome error_of(const std::function<void()>& call);
+
+/// `got` is an E with this SQLSTATE and these words in its message, thrown
+/// in under 1 s.
+template <typename E>
+void expect_error(const Outcome& got, const std::string& sqlstate, const std::string& words) {
+    try {
+        std::rethrow_exception(got.first);
+    } catch (const E& e) {
+        EXPECT_EQ(e.sqlstate(), sqlstate) << e.what();
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "wrong exception: " << e.what();
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(got.second);
+    EXPECT_LT(ms, 1000ms) << ms.count() << " ms";
+}
+
+/// The setup mistakes a caller must hear of at once (issue 23): a database
+/// without the extension, a role without a grant, a database that does not
+/// exist, a port nothing listens on. Runs `attempt` with a connection
+/// string for each and expects its typed error (expect_error).
+void expect_setup_mistakes_thrown(pqxx::connection& root,
+                                  const std::function<Outcome(const std::string& conninfo)>& attempt);
 
 /// `n` times NOTIFY simba, '<name>' on `c`, one transaction each (within
 /// one transaction identical NOTIFYs are delivered once); counts them in

@@ -5,6 +5,7 @@
 // the machine is suspended. A client whose laptop or VM slept through its
 // lease must find the deadline passed when it wakes, not still ahead
 // (docs/design.md, "Client", clocks).
+// Everything here is stateless: call it from any thread.
 #pragma once
 
 #include <time.h>

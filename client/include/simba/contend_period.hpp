@@ -11,6 +11,8 @@
 // free:      delay = 0
 // Negative delays clamp to 0. "now" is the client's steady clock and server
 // times are carried onto it through MutexOwner::to_steady: no wall clock.
+// A ContendPeriod may be used from several threads at once (its generator
+// is locked); a SplitMix64 by one thread at a time.
 #pragma once
 
 #include <chrono>

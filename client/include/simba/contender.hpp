@@ -1,4 +1,8 @@
 // simba client: the user's side of a contention, MutexContender.
+//
+// Thread-safety: mutex() and contender_id() never change and may be read
+// from any thread. The callbacks run on the factory's handle thread (what
+// they may call: service.hpp).
 #pragma once
 
 #include <functional>

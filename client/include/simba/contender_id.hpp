@@ -1,4 +1,5 @@
-// simba client: contender id generators.
+// simba client: contender id generators. Both may be called from any
+// threads at once.
 #pragma once
 
 #include <string>

@@ -4,6 +4,8 @@
 // SQLSTATE the server used (or would use) for it, so callers can branch on
 // types or on sqlstate() alike. Bad arguments are rejected in the client with
 // the server's own wording and SQLSTATE before any round trip.
+// Exceptions and the validate_* functions hold no shared state: use them
+// from any thread.
 #pragma once
 
 #include <chrono>

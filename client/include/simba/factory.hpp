@@ -2,6 +2,13 @@
 //
 // simba::ContendServiceFactory is the backend-neutral interface (a TCK is
 // written once against it); simba::pg::ContendServiceFactory is PostgreSQL.
+//
+// Thread-safety: every member of a factory may be called from any threads
+// at once, from callbacks too (a wait_connected() there holds up every
+// callback of the factory while it waits). The factory must outlive the
+// services, Lockers, Schedulers, Semaphores and Permits made from it; a
+// callback may destroy its own service and then the factory. FactoryOptions
+// is a plain value, read once by the constructor.
 #pragma once
 
 #include <chrono>
@@ -71,12 +78,13 @@ struct FactoryOptions {
     /// sends one statement per attempt.
     int batch_max = 100;
     std::chrono::milliseconds batch_window{50};
-    /// libpq connect_timeout (seconds, libpq's minimum is 2, per host of a
-    /// multi-host string) and TCP keepalives; each of these and
-    /// tcp_user_timeout is used only when the connection string does not set it.
-    int connect_timeout_s = 5;
-    int keepalives_idle_s = 5;
-    int keepalives_interval_s = 2;
+    /// libpq connect_timeout (whole seconds, libpq's minimum is 2, per host
+    /// of a multi-host string) and TCP keepalives; each of these and
+    /// tcp_user_timeout is used only when the connection string does not set
+    /// it. None may be negative (InvalidArgumentError, 22023).
+    std::chrono::seconds connect_timeout{5};
+    std::chrono::seconds keepalives_idle{5};
+    std::chrono::seconds keepalives_interval{2};
     int keepalives_count = 3;
     /// libpq tcp_user_timeout: a TCP connection whose sent data (or
     /// keepalive probes) stay unacknowledged this long is dropped by the
@@ -84,7 +92,7 @@ struct FactoryOptions {
     /// blackholed server). Statements also have a deadline of their own:
     /// statement_timeout and a half, past which the factory drops the
     /// connection and reconnects, even to a server whose TCP still answers.
-    int tcp_user_timeout_ms = 10000;
+    std::chrono::milliseconds tcp_user_timeout{10000};
     /// The LISTEN connection is idle by nature, so nothing would notice it
     /// frozen or blackholed: after this long without an exchange the
     /// factory sends LISTEN again and drops the connection (and reconnects

@@ -8,6 +8,7 @@
 // claimed again, even if the server still counts it (a renewal answered
 // after the local deadline): the service gives it back and contends for a
 // new one (docs/design.md, "Client").
+// Lease is a plain value (a snapshot): not updated after lease() returned.
 #pragma once
 
 #include <cstdint>

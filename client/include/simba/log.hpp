@@ -1,4 +1,8 @@
 // simba client: logging hook. Errors are reported here, never swallowed.
+// set_log_handler() and log() may be called from any threads at once, and
+// from a handler (it is called without a lock held); a message goes to the
+// handler installed when it was logged, which may run a moment after
+// set_log_handler() replaced it.
 #pragma once
 
 #include <functional>

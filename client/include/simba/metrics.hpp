@@ -10,6 +10,10 @@
 // that creates a Locker per job with a fresh id keeps one entry per mutex.
 // The gauges describe the present. Histograms have fixed buckets
 // (Histogram::bounds, in seconds).
+// Thread-safety: Metrics, MutexMetrics and Histogram are plain values (a
+// factory's metrics() snapshot may be taken from any thread); a
+// PrometheusText is used by one thread at a time; the free functions may
+// be called from any threads.
 #pragma once
 
 #include <array>

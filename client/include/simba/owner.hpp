@@ -7,6 +7,7 @@
 // decision time `current_at`. A server time t maps onto the steady clock as
 // anchor + (t - current_at). Because the anchor is the send time, network
 // latency can only make a lease look shorter, never longer (docs/design.md, "Safety rules", rule 3).
+// MutexOwner and MutexState are plain values: callbacks get their own copy.
 #pragma once
 
 #include <chrono>

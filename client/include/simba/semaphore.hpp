@@ -12,6 +12,17 @@
 // true and on_lost runs on the factory's handle thread, no later than the
 // lease deadline (send time of the last successful grant/refresh + ttl,
 // less SemaphoreOptions' margin).
+//
+// Thread-safety: a Semaphore is copyable and movable (copies share the
+// factory) and its members may be called from any threads at once. A
+// Permit's members may be called from any threads at once, except that
+// moving, assigning or destroying it must not overlap another call on it; a
+// moved-from Permit may only be assigned to or destroyed (release() on it
+// returns false). on_lost runs on the factory's handle thread, shared with
+// every callback of the factory's services: keep it quick. It may call its
+// own permit's release() (which does not wait for the callback that calls
+// it) and any other Permit or Semaphore member; a blocking acquire() there
+// holds up every other callback of the factory until it returns.
 #pragma once
 
 #include <chrono>
@@ -92,13 +103,18 @@ public:
     /// One attempt: a permit if fewer than `permits` of `key` are live, else
     /// nullopt. Throws InvalidArgumentError for bad arguments (before any
     /// round trip), ConnectionError when the factory is not connected within
-    /// connect_wait, and the server's errors as simba::Error subclasses.
+    /// connect_wait — at once for a setup mistake (no server before the first
+    /// connect, wrong database or role: the connect's SQLSTATE and message)
+    /// — and the server's errors as simba::Error subclasses (no extension:
+    /// ServerError 42883; no grant: PermissionDeniedError 42501).
     [[nodiscard]] std::optional<Permit> try_acquire(const std::string& key, int permits,
                                                     std::chrono::milliseconds ttl,
                                                     const std::string& context = {});
     /// Waits up to `timeout` for a permit: retries when a permit of `key` is
     /// released (NOTIFY) and every poll_interval. Throws TimeoutError when
-    /// none was granted in time (connection errors are retried until then).
+    /// none was granted in time. A lost or refused connection is retried
+    /// until then; every other error of try_acquire(), setup mistakes
+    /// included, is thrown at once.
     [[nodiscard]] Permit acquire(const std::string& key, int permits, std::chrono::milliseconds ttl,
                                  std::chrono::milliseconds timeout, const std::string& context = {});
 

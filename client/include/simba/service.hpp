@@ -4,6 +4,17 @@
 // start() is legal only from INITIAL, stop() only from RUNNING; anything else
 // throws IllegalStateError. Both are safe to call concurrently from any
 // number of threads: exactly one caller wins each transition.
+//
+// Thread-safety: every member may be called from any thread at any time;
+// destroying a service (it stops it) must not overlap another call on it.
+// Callbacks (MutexContender's on_acquired / on_released) run on the
+// factory's handle thread. A callback may call its service's stop(): it
+// does no I/O there, ends the tenure at once and runs the service's
+// remaining callbacks nested in it; lease(), is_owner(), fence(), state()
+// and status() are fine anywhere. A callback must not wait for another
+// callback (the handle thread runs them one at a time); a blocking call in
+// one (start_and_wait(), wait_owner(), Semaphore::acquire()) works, but
+// holds up every callback of the factory while it waits.
 #pragma once
 
 #include <atomic>
