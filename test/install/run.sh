@@ -144,6 +144,8 @@ struct {
     void log(const char*, const std::string&) {}
 } my_logger;
 inline void export_with_fence(std::int64_t) {}
+inline void export_with_fence(std::int64_t, simba::SteadyClock::time_point) {}
+inline void stop_exporting() {}
 inline void run_worker(std::int64_t) {}
 inline void cleanup() {}
 GIVEN

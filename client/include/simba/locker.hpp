@@ -32,6 +32,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>  // std::unique_lock, std::scoped_lock: the way to hold a Locker
 #include <optional>
 #include <string>
 
