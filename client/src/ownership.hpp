@@ -15,6 +15,10 @@
 // that still proves it (a renewal answered after the deadline, a release
 // that never reached the server) is `disowned`: the caller gives it back on
 // the server and contends for a new tenure, which gets a new fence.
+//
+// Suspension: a held tenure whose renewal failed (or whose connection was
+// lost) is suspended until a renewal of it succeeds (resumed) or it ends;
+// reported once per suspension, and cleared with the tenure.
 #pragma once
 
 #include <optional>
@@ -43,6 +47,8 @@ public:
         /// ownership; the caller releases it on the server and attempts again.
         bool disowned = false;
         SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
+        std::optional<Lease> suspended;      ///< on_suspended to report: the held tenure, its deadline
+        std::optional<Lease> resumed;        ///< on_resumed to report: the tenure, its new deadline
     };
 
     Ownership(std::string mutex, std::string id, SteadyClock::duration margin);
@@ -55,6 +61,9 @@ public:
     Change expire(SteadyClock::time_point now);
     /// Contention ends: a held tenure is released; later replies are ignored.
     Change stop(SteadyClock::time_point now);
+    /// A renewal failed or the connection was lost: a held, unexpired
+    /// tenure is suspended (once, until a renewal resumes it).
+    Change suspend(SteadyClock::time_point now);
 
     /// The tenure held at `now`, in one piece; owns() and fence() are read from it.
     [[nodiscard]] std::optional<Lease> lease(SteadyClock::time_point now) const {
@@ -74,6 +83,7 @@ public:
     /// The last step reported or observed (MutexContendService::state()).
     [[nodiscard]] const MutexState& reported() const { return reported_; }
     [[nodiscard]] bool running() const { return running_; }
+    [[nodiscard]] bool suspended() const { return suspended_; }
 
 private:
     /// Ends the held tenure: `after` is what replaced it.
@@ -84,6 +94,7 @@ private:
     SteadyClock::duration margin_;
     bool running_ = false;
     bool holding_ = false;
+    bool suspended_ = false;        // the held tenure's renewals are failing
     SteadyClock::time_point deadline_{};
     MutexOwner tenure_;             // the last reply that proved the held tenure
     ServerTime acquired_at_{0};     // the held tenure's grant (renewals move the row's acquired_at)
