@@ -212,6 +212,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         std::unique_lock<std::mutex> lock(io_m);
         connections.set_io_thread(std::this_thread::get_id());
         bool listen_broke = false;
+        bool was_up = false;
         for (;;) {
             auto now = SteadyClock::now();
             if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
@@ -233,6 +234,10 @@ struct ContendServiceFactory::Core final : detail::Io {
                 continue;
             }
             contention.run_due(now);  // one batch, then commands and notifications again
+            // Lost by anything since the last look (a renewal, a caller's
+            // round trip, the watchdog): owners hear it before the wait.
+            if (was_up && !connections.up()) contention.connection_lost();
+            was_up = connections.up();
             now = SteadyClock::now();
             auto until = std::min({now + std::chrono::seconds(1), tasks.next_due(), connections.next_wake()});
             if (connections.up()) until = std::min(until, contention.next_due());

@@ -1,0 +1,139 @@
+// on_suspended / on_resumed (issue 23): renewals that fail through a
+// blackholed simba_fault_proxy suspend a held tenure before its loss, and
+// a renewal that then gets through resumes it. Runs on a cluster of its own that listens on
+// TCP (SIMBA_CLUSTER_TCP=1), like pg_fault_test.cpp.
+#include <cstdio>
+
+#include "fault_proxy.hpp"
+
+using namespace simba_test;
+using simba::Lease;
+using simba::MutexState;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// A contender recording all four callbacks, in order.
+class SuspendRecorder : public simba::MutexContender {
+public:
+    using MutexContender::MutexContender;
+    enum Kind { acquired, released, suspended, resumed };
+    struct Event {
+        Kind kind;
+        std::int64_t fence;
+        SteadyClock::time_point deadline;  // suspended, resumed: the lease's
+        SteadyClock::time_point at;
+    };
+    void on_acquired(const MutexState& s) override { record({acquired, s.after.fence, {}, SteadyClock::now()}); }
+    void on_released(const MutexState& s) override { record({released, s.before.fence, {}, SteadyClock::now()}); }
+    void on_suspended(const Lease& l) override { record({suspended, l.fence, l.deadline, SteadyClock::now()}); }
+    void on_resumed(const Lease& l) override { record({resumed, l.fence, l.deadline, SteadyClock::now()}); }
+
+    std::vector<Event> events() const {
+        std::lock_guard<std::mutex> lock(m_);
+        return events_;
+    }
+    /// The kinds so far, in order.
+    std::vector<Kind> kinds() const {
+        std::vector<Kind> out;
+        for (const auto& e : events()) out.push_back(e.kind);
+        return out;
+    }
+    /// Waits until `n` events were recorded.
+    bool wait_for(std::size_t n, std::chrono::milliseconds timeout) {
+        std::unique_lock<std::mutex> lock(m_);
+        return cv_.wait_for(lock, timeout, [&] { return events_.size() >= n; });
+    }
+
+private:
+    void record(Event e) {
+        std::lock_guard<std::mutex> lock(m_);
+        events_.push_back(e);
+        cv_.notify_all();
+    }
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    std::vector<Event> events_;
+};
+
+using K = SuspendRecorder::Kind;
+
+/// A factory behind `proxy` whose statements are cut 450 ms after they
+/// were sent (statement_timeout 300 ms and a half): a blackholed renewal
+/// fails well before the leases below end.
+simba::pg::FactoryOptions suspend_options(const std::string& app) {
+    auto o = fault_options(app);
+    o.statement_timeout = 300ms;
+    return o;
+}
+
+long long ms(SteadyClock::duration d) { return duration_cast<milliseconds>(d).count(); }
+
+}  // namespace
+
+TEST(Suspend, FailingRenewalsSuspendTheOwnerThenItIsReleasedAtTheDeadline) {
+    // Everything blackholed for good: the first renewal is cut (450 ms
+    // after it was sent, 2 s into a 4 s lease), which suspends the owner
+    // with its lease's deadline; the tenure then ends there, reported by
+    // on_released alone.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), suspend_options("suspend-lost"));
+    auto a = std::make_shared<SuspendRecorder>(unique_name("suspend-lost"), "A");
+    auto sa = factory.create(a, lease(2000ms, 2000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait_for(1, 10s));
+    ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+    ASSERT_TRUE(a->wait_for(2, 10s));
+    auto ev = a->events();
+    ASSERT_EQ(ev[1].kind, K::suspended);
+    EXPECT_EQ(ev[1].fence, ev[0].fence);
+    EXPECT_LT(ev[1].at, ev[1].deadline) << "suspended before the deadline";
+    const auto held = sa->lease();  // nothing renews it now: the lease on_suspended named
+    ASSERT_TRUE(held.has_value());
+    EXPECT_EQ(held->deadline, ev[1].deadline);
+    EXPECT_EQ(held->fence, ev[0].fence);
+    std::printf("suspended %lld ms before the deadline\n", ms(ev[1].deadline - ev[1].at));
+    ASSERT_TRUE(a->wait_for(3, 10s));
+    ev = a->events();
+    EXPECT_EQ(ev[2].kind, K::released);
+    EXPECT_GE(ev[2].at, ev[1].deadline) << "released at the deadline, not before";
+    EXPECT_FALSE(sa->is_owner());
+    sa->stop();
+    EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::released})) << "no on_resumed";
+    EXPECT_EQ(proxy.command("pass"), "ok\n");
+}
+
+TEST(Suspend, ARenewalThatGetsThroughResumesTheSameTenure) {
+    // Blackholed until the owner is suspended, then passing again: the
+    // factory reconnects and renews (within connect_timeout and a
+    // reconnect, well inside the 8 s lease), on_resumed reports the same
+    // fence with a later deadline, and the tenure never ended.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), suspend_options("suspend-resume"));
+    auto a = std::make_shared<SuspendRecorder>(unique_name("suspend-resume"), "A");
+    auto sa = factory.create(a, lease(4000ms, 4000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait_for(1, 10s));
+    const auto fence = a->events()[0].fence;
+    ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+    ASSERT_TRUE(a->wait_for(2, 10s));
+    ASSERT_EQ(proxy.command("pass"), "ok\n");
+    ASSERT_TRUE(a->wait_for(3, 10s));
+    const auto ev = a->events();
+    ASSERT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::resumed}));
+    EXPECT_EQ(ev[2].fence, fence);
+    EXPECT_GT(ev[2].deadline, ev[1].deadline) << "the renewal moved the deadline";
+    EXPECT_LT(ev[2].at, ev[1].deadline) << "resumed before the old deadline";
+    const auto held = sa->lease();
+    ASSERT_TRUE(held.has_value());
+    EXPECT_EQ(held->fence, fence) << "the same tenure goes on";
+    EXPECT_EQ(owner_of(*db, sa->mutex()), "A");
+    std::printf("resumed %lld ms after the suspension\n", ms(ev[2].at - ev[1].at));
+    sa->stop();
+    EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::resumed, K::released}));
+}
