@@ -1,6 +1,7 @@
 // on_suspended / on_resumed (issue 23): renewals that fail through a
-// blackholed simba_fault_proxy suspend a held tenure before its loss, and
-// a renewal that then gets through resumes it. Runs on a cluster of its own that listens on
+// blackholed simba_fault_proxy suspend a held tenure or permit before its
+// loss, a renewal that then gets through resumes it, and a normal stop or
+// release reports neither. Runs on a cluster of its own that listens on
 // TCP (SIMBA_CLUSTER_TCP=1), like pg_fault_test.cpp.
 #include <cstdio>
 
@@ -70,6 +71,35 @@ simba::pg::FactoryOptions suspend_options(const std::string& app) {
 
 long long ms(SteadyClock::duration d) { return duration_cast<milliseconds>(d).count(); }
 
+/// Permit callbacks, recorded in order ('s', 'r', 'l').
+struct PermitLog {
+    std::mutex m;
+    std::condition_variable cv;
+    std::string kinds;
+    SteadyClock::time_point deadline{};  // on_suspended's
+    SteadyClock::time_point lost_at{};
+
+    void attach(simba::Permit& p) {
+        p.on_suspended([this](SteadyClock::time_point d) { add('s', [&] { deadline = d; }); });
+        p.on_resumed([this] { add('r', [] {}); });
+        p.on_lost([this] { add('l', [&] { lost_at = SteadyClock::now(); }); });
+    }
+    void add(char k, const std::function<void()>& also) {
+        std::lock_guard<std::mutex> lock(m);
+        kinds += k;
+        also();
+        cv.notify_all();
+    }
+    bool wait_for(std::size_t n, std::chrono::milliseconds timeout) {
+        std::unique_lock<std::mutex> lock(m);
+        return cv.wait_for(lock, timeout, [&] { return kinds.size() >= n; });
+    }
+    std::string seen() {
+        std::lock_guard<std::mutex> lock(m);
+        return kinds;
+    }
+};
+
 }  // namespace
 
 TEST(Suspend, FailingRenewalsSuspendTheOwnerThenItIsReleasedAtTheDeadline) {
@@ -136,4 +166,71 @@ TEST(Suspend, ARenewalThatGetsThroughResumesTheSameTenure) {
     std::printf("resumed %lld ms after the suspension\n", ms(ev[2].at - ev[1].at));
     sa->stop();
     EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::resumed, K::released}));
+}
+
+TEST(Suspend, APermitIsSuspendedByFailingRefreshesAndResumedOrLost) {
+    // A permit refreshes every third of its ttl. Blackholed: the refresh
+    // is cut, on_suspended names the permit's deadline; passing again, a
+    // retried refresh gets through and on_resumed follows. Blackholed for
+    // good, on_lost follows instead, at that deadline.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), suspend_options("suspend-permit"));
+    simba::Semaphore sem(factory, "H");
+    {
+        auto permit = sem.acquire(unique_name("suspend-permit"), 1, 12000ms, 10000ms);
+        PermitLog log;
+        log.attach(permit);
+        ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+        ASSERT_TRUE(log.wait_for(1, 10s));
+        EXPECT_EQ(log.seen(), "s");
+        EXPECT_FALSE(permit.lost()) << "still held while suspended";
+        ASSERT_EQ(proxy.command("pass"), "ok\n");
+        ASSERT_TRUE(log.wait_for(2, 10s));
+        EXPECT_EQ(log.seen(), "sr");
+        EXPECT_FALSE(permit.lost());
+        EXPECT_TRUE(permit.release());
+        EXPECT_EQ(log.seen(), "sr") << "release() reports nothing";
+    }
+    auto permit = sem.acquire(unique_name("suspend-permit-lost"), 1, 3000ms, 10000ms);
+    PermitLog log;
+    log.attach(permit);
+    ASSERT_EQ(proxy.command("blackhole"), "ok\n");
+    ASSERT_TRUE(log.wait_for(2, 10s));
+    EXPECT_EQ(log.seen(), "sl") << "no on_resumed";
+    EXPECT_GE(log.lost_at, log.deadline) << "lost at the deadline on_suspended named";
+    EXPECT_TRUE(permit.lost());
+    EXPECT_EQ(proxy.command("pass"), "ok\n");
+}
+
+TEST(Suspend, ANormalStopOrReleaseReportsNeither) {
+    // Renewals and refreshes that succeed, then release() and stop():
+    // neither on_suspended nor on_resumed.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port());
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), suspend_options("suspend-none"));
+    auto a = std::make_shared<SuspendRecorder>(unique_name("suspend-none"), "A");
+    auto sa = factory.create(a, lease(300ms, 300ms));
+    simba::Semaphore sem(factory, "H");
+    const auto t0 = SteadyClock::now();
+    auto permit = sem.acquire(unique_name("suspend-none-permit"), 1, 600ms, 10000ms);
+    PermitLog log;
+    log.attach(permit);
+    sa->start();
+    ASSERT_TRUE(a->wait_for(1, 10s));
+    const auto renewals = [&] {
+        std::uint64_t n = 0;
+        for (const auto& m : factory.metrics().mutexes) n += m.renewals;
+        return n;
+    };
+    ASSERT_TRUE(eventually([&] { return renewals() >= 3; }, 10s));  // one every 300 ms
+    // Past its first ttl: refreshes (every 200 ms) kept the permit.
+    EXPECT_GT(SteadyClock::now() - t0, 600ms);
+    EXPECT_FALSE(permit.lost());
+    EXPECT_TRUE(permit.release());
+    sa->stop();
+    EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::released}));
+    EXPECT_EQ(log.seen(), "");
 }
