@@ -118,7 +118,10 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
         svc->wait_since = change.lost_at;
         emit(svc, [c, st = *change.released] { c->on_released(st); });
     }
-    if (change.suspended) emit(svc, [c, l = *change.suspended] { c->on_suspended(l); });
+    if (change.suspended) {
+        MetricsCell::inc(mc.suspensions);
+        emit(svc, [c, l = *change.suspended] { c->on_suspended(l); });
+    }
     if (change.resumed) emit(svc, [c, l = *change.resumed] { c->on_resumed(l); });
     if (change.acquired) {
         // Acquire latency from the start of waiting; handoff from the

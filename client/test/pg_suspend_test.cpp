@@ -71,6 +71,13 @@ simba::pg::FactoryOptions suspend_options(const std::string& app) {
 
 long long ms(SteadyClock::duration d) { return duration_cast<milliseconds>(d).count(); }
 
+/// The factory's suspensions counter, all mutexes.
+std::uint64_t suspensions(const simba::pg::ContendServiceFactory& f) {
+    std::uint64_t n = 0;
+    for (const auto& m : f.metrics().mutexes) n += m.suspensions;
+    return n;
+}
+
 /// Permit callbacks, recorded in order ('s', 'r', 'l').
 struct PermitLog {
     std::mutex m;
@@ -133,6 +140,7 @@ TEST(Suspend, FailingRenewalsSuspendTheOwnerThenItIsReleasedAtTheDeadline) {
     EXPECT_FALSE(sa->is_owner());
     sa->stop();
     EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::released})) << "no on_resumed";
+    EXPECT_EQ(suspensions(factory), 1u);
     EXPECT_EQ(proxy.command("pass"), "ok\n");
 }
 
@@ -166,6 +174,7 @@ TEST(Suspend, ARenewalThatGetsThroughResumesTheSameTenure) {
     std::printf("resumed %lld ms after the suspension\n", ms(ev[2].at - ev[1].at));
     sa->stop();
     EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::resumed, K::released}));
+    EXPECT_EQ(suspensions(factory), 1u);
 }
 
 TEST(Suspend, APermitIsSuspendedByFailingRefreshesAndResumedOrLost) {
@@ -232,5 +241,6 @@ TEST(Suspend, ANormalStopOrReleaseReportsNeither) {
     EXPECT_TRUE(permit.release());
     sa->stop();
     EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::released}));
+    EXPECT_EQ(suspensions(factory), 0u);
     EXPECT_EQ(log.seen(), "");
 }
