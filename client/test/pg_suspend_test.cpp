@@ -177,6 +177,40 @@ TEST(Suspend, ARenewalThatGetsThroughResumesTheSameTenure) {
     EXPECT_EQ(suspensions(factory), 1u);
 }
 
+TEST(Suspend, ARenewalFailingOnALiveConnectionSuspendsAndItsRetryResumes) {
+    // No network fault: the owner's row is locked by another transaction,
+    // so the renewal fails by lock_timeout (55P03) and the connection stays
+    // up. The failure suspends the owner; once the lock goes, the retry
+    // (a quarter of the ttl later) renews and resumes it.
+    LogCapture logs;
+    auto db = admin();
+    auto blocker = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("suspend-locked"));
+    const auto m = unique_name("suspend-locked");
+    auto a = std::make_shared<SuspendRecorder>(m, "A");
+    auto sa = factory.create(a, lease(2000ms, 2000ms));
+    sa->start();
+    ASSERT_TRUE(a->wait_for(1, 10s));
+    {
+        pqxx::work tx(*blocker);
+        tx.exec_params("SELECT 1 FROM simba_mutex WHERE mutex = $1 FOR UPDATE", m);
+        ASSERT_TRUE(a->wait_for(2, 10s));
+        EXPECT_EQ(a->events()[1].kind, K::suspended);
+        EXPECT_GE(logs.count_containing("55P03"), 1);
+        EXPECT_TRUE(factory.connected());
+        EXPECT_EQ(factory.connects(), 1u) << "a statement error, not a lost connection";
+        EXPECT_TRUE(sa->is_owner());
+        tx.abort();
+    }
+    ASSERT_TRUE(a->wait_for(3, 10s));
+    const auto ev = a->events();
+    EXPECT_EQ(ev[2].kind, K::resumed);
+    EXPECT_EQ(ev[2].fence, ev[0].fence);
+    EXPECT_LT(ev[2].at, ev[1].deadline);
+    sa->stop();
+    EXPECT_EQ(a->kinds(), (std::vector<K>{K::acquired, K::suspended, K::resumed, K::released}));
+}
+
 TEST(Suspend, APermitIsSuspendedByFailingRefreshesAndResumedOrLost) {
     // A permit refreshes every third of its ttl. Blackholed: the refresh
     // is cut, on_suspended names the permit's deadline; passing again, a
