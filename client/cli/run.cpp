@@ -174,6 +174,15 @@ int cmd_run(const Args& a) {
             sh->poke();
         },
         id);
+    // Failing renewals are worth a line before the loss they may become.
+    contender->set_on_suspended([mutex](const Lease& lease) {
+        std::fprintf(stderr, "simba run: renewals of mutex %s are failing: the lease ends in %lld ms unless one succeeds\n",
+                     mutex.c_str(), static_cast<long long>(duration_cast<milliseconds>(lease.remaining()).count()));
+    });
+    contender->set_on_resumed([mutex](const Lease& lease) {
+        std::fprintf(stderr, "simba run: renewals of mutex %s succeed again (fence %lld)\n", mutex.c_str(),
+                     static_cast<long long>(lease.fence));
+    });
     pg::FactoryOptions fopts;
     fopts.application_name = "simba-run";
     pg::ContendServiceFactory factory(a.dsn, fopts);

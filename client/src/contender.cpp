@@ -12,6 +12,8 @@ MutexContender::MutexContender(std::string mutex, std::string contender_id)
 
 void MutexContender::on_acquired(const MutexState&) {}
 void MutexContender::on_released(const MutexState&) {}
+void MutexContender::on_suspended(const Lease&) {}
+void MutexContender::on_resumed(const Lease&) {}
 
 FunctionContender::FunctionContender(std::string mutex, Callback on_acquired, Callback on_released,
                                      std::string contender_id)
@@ -24,6 +26,12 @@ void FunctionContender::on_acquired(const MutexState& state) {
 }
 void FunctionContender::on_released(const MutexState& state) {
     if (released_) released_(state);
+}
+void FunctionContender::on_suspended(const Lease& lease) {
+    if (suspended_) suspended_(lease);
+}
+void FunctionContender::on_resumed(const Lease& lease) {
+    if (resumed_) resumed_(lease);
 }
 
 }  // namespace simba

@@ -115,6 +115,10 @@ void Contention::setup_failed(const std::exception_ptr& error) {
     }
 }
 
+void Contention::connection_lost() {
+    for (auto& s : registry_.all()) events_.suspend(s);
+}
+
 void Contention::notified(const std::vector<std::string>& names) {
     auto now = SteadyClock::now();
     for (auto& name : names) {
@@ -162,9 +166,13 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
     schedule(svc, now + svc->period.ensure_next_delay(o, now));
 }
 
-/// A failed attempt on a connection that is still up: retry soon.
+/// A failed attempt on a connection that is still up: retry soon. A failed
+/// renewal suspends the tenure until one succeeds.
 void Contention::retry_later(const ServicePtr& svc, bool renewing) {
-    if (renewing) MetricsCell::inc(svc->metrics->renewal_failures);
+    if (renewing) {
+        MetricsCell::inc(svc->metrics->renewal_failures);
+        events_.suspend(svc);
+    }
     svc->solo = true;
     schedule(svc, SteadyClock::now() + retry_delay(svc));
 }

@@ -34,6 +34,9 @@ public:
     /// those that do not hold the lock with `waiters_only` (once LISTEN is
     /// in place: a release it missed concerns them, an owner renews anyway).
     void attempt_all(SteadyClock::time_point now, bool waiters_only = false);
+    /// The connection was lost: every held tenure is suspended (no renewal
+    /// can succeed before a reconnect).
+    void connection_lost();
     /// Push wake-ups: the services of these mutexes attempt now, or one
     /// notify_min_interval after the last attempt a NOTIFY caused.
     void notified(const std::vector<std::string>& names);

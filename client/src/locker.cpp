@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
@@ -13,13 +14,15 @@ namespace simba {
 
 namespace {
 
-// The Locker's contender: tells the Locker's state when a tenure ends (for
-// on_lost). Without an on_lost callback it has none, so its service queues
-// nothing for the handle thread and stop() needs no hand-off.
+// The Locker's contender: tells the Locker's state when a tenure ends or
+// its renewals fail. Without the Locker's callbacks it has none, so its
+// service queues nothing for the handle thread and stop() needs no hand-off.
 struct LockerContender final : MutexContender {
     using MutexContender::MutexContender;
     bool has_callbacks() const noexcept override { return callbacks.load(); }
     void on_released(const MutexState& state) override;
+    void on_suspended(const Lease& lease) override;
+    void on_resumed(const Lease& lease) override;
 
     std::weak_ptr<Locker::State> locker;
     std::atomic<bool> callbacks{false};
@@ -54,6 +57,9 @@ struct Locker::State : std::enable_shared_from_this<State> {
     std::optional<Lease> lease_locked() const;
     bool take_lease_locked();
     void tenure_ended(const MutexState& state);
+    template <typename Callback, typename... Args>
+    void tell(std::int64_t fence, const Callback& which, Args&&... args);
+    void count_callbacks();
     void arm_async();
     void async_settled(const std::exception_ptr& error);
     std::string timeout_message(const MutexOwner& seen) const;
@@ -73,6 +79,8 @@ struct Locker::State : std::enable_shared_from_this<State> {
     mutable bool lost = false;    // that tenure ended: loss is final for the hold
     bool lost_told = false;       // on_lost ran for it
     std::function<void()> on_lost;
+    std::function<void(SteadyClock::time_point)> on_suspended;
+    std::function<void()> on_resumed;
     // The in-process mutex: the thread that holds or takes the lock (none
     // for a lock_async() hold), and its holds.
     std::condition_variable claim_cv;  // claimed went false
@@ -84,6 +92,32 @@ struct Locker::State : std::enable_shared_from_this<State> {
 
 void LockerContender::on_released(const MutexState& state) {
     if (auto s = locker.lock()) s->tenure_ended(state);
+}
+
+void LockerContender::on_suspended(const Lease& lease) {
+    if (auto s = locker.lock()) s->tell(lease.fence, &Locker::State::on_suspended, lease.deadline);
+}
+
+void LockerContender::on_resumed(const Lease& lease) {
+    if (auto s = locker.lock()) s->tell(lease.fence, &Locker::State::on_resumed);
+}
+
+/// On the handle thread: runs one of the hold's callbacks for the tenure
+/// with `fence`, unless it is not the hold's (any more) or being released.
+template <typename Callback, typename... Args>
+void Locker::State::tell(std::int64_t fence, const Callback& which, Args&&... args) {
+    std::remove_reference_t<decltype(this->*which)> callback;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        if (unlocking || lost || fence != hold_fence) return;
+        callback = this->*which;
+    }
+    if (callback) callback(std::forward<Args>(args)...);
+}
+
+/// The contender has callbacks while the Locker has any (caller holds m).
+void Locker::State::count_callbacks() {
+    contender->callbacks.store(on_lost || on_suspended || on_resumed);
 }
 
 /// On the handle thread: a tenure ended. A loss of the hold (not the
@@ -492,9 +526,23 @@ std::int64_t Locker::fence() const {
 
 void Locker::on_lost(std::function<void()> callback) {
     auto& s = state();
-    s.contender->callbacks.store(static_cast<bool>(callback));
     std::lock_guard<std::mutex> lock(s.m);
     s.on_lost = std::move(callback);
+    s.count_callbacks();
+}
+
+void Locker::on_suspended(std::function<void(SteadyClock::time_point)> callback) {
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.m);
+    s.on_suspended = std::move(callback);
+    s.count_callbacks();
+}
+
+void Locker::on_resumed(std::function<void()> callback) {
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.m);
+    s.on_resumed = std::move(callback);
+    s.count_callbacks();
 }
 
 const std::string& Locker::mutex() const noexcept {

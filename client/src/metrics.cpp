@@ -47,6 +47,7 @@ MutexMetrics Metrics::total(const std::string& mutex) const {
         t.late_releases += m.late_releases;
         t.renewals += m.renewals;
         t.renewal_failures += m.renewal_failures;
+        t.suspensions += m.suspensions;
         t.lost += m.lost;
         if (m.is_owner) {
             t.is_owner = true;
@@ -190,6 +191,9 @@ std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
     w.family(metrics, "simba_client_renewal_failures_total", "counter",
              "Renewal calls that failed (error, statement timeout, connection lost).",
              [](const MutexMetrics& m) { return n(m.renewal_failures); });
+    w.family(metrics, "simba_client_suspensions_total", "counter",
+             "Held tenures whose renewals began failing (on_suspended), whether they resumed or ended.",
+             [](const MutexMetrics& m) { return n(m.suspensions); });
     w.family(metrics, "simba_client_lost_total", "counter",
              "Tenures that ended other than by a release of ours (lease deadline passed, taken over).",
              [](const MutexMetrics& m) { return n(m.lost); });

@@ -53,7 +53,7 @@ struct MetricsCell {
     const std::string mutex;
     const std::string contender;
     std::atomic<std::uint64_t> attempts{0}, busy{0}, acquired{0}, released{0}, late_releases{0},
-        renewals{0}, renewal_failures{0}, lost{0};
+        renewals{0}, renewal_failures{0}, suspensions{0}, lost{0};
     AtomicHistogram acquire_latency, handoff_latency;
 
     static void inc(std::atomic<std::uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
@@ -70,6 +70,7 @@ struct MetricsCell {
         plus(late_releases, o.late_releases);
         plus(renewals, o.renewals);
         plus(renewal_failures, o.renewal_failures);
+        plus(suspensions, o.suspensions);
         plus(lost, o.lost);
         acquire_latency.add(o.acquire_latency);
         handoff_latency.add(o.handoff_latency);
@@ -87,6 +88,7 @@ struct MetricsCell {
         m.late_releases = late_releases.load(std::memory_order_relaxed);
         m.renewals = renewals.load(std::memory_order_relaxed);
         m.renewal_failures = renewal_failures.load(std::memory_order_relaxed);
+        m.suspensions = suspensions.load(std::memory_order_relaxed);
         m.lost = lost.load(std::memory_order_relaxed);
         m.acquire_latency = acquire_latency.snapshot();
         m.handoff_latency = handoff_latency.snapshot();

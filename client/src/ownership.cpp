@@ -23,6 +23,7 @@ void Ownership::end_tenure(Change& c, MutexOwner after, SteadyClock::time_point 
     MutexState st{tenure_, std::move(after)};
     holding_ = false;
     ended_ = true;
+    suspended_ = false;  // a tenure that ends while suspended reports only its end
     reported_ = st;
     c.released = std::move(st);
     c.lost_at = lost_at;
@@ -38,6 +39,15 @@ Ownership::Change Ownership::stop(SteadyClock::time_point now) {
     Change c;
     running_ = false;
     if (holding_) end_tenure(c, MutexOwner::none(mutex_, now), std::min(now, deadline_));
+    return c;
+}
+
+Ownership::Change Ownership::suspend(SteadyClock::time_point now) {
+    Change c = expire(now);
+    if (holding_ && !suspended_) {
+        suspended_ = true;
+        c.suspended = lease(now);
+    }
     return c;
 }
 
@@ -62,6 +72,10 @@ Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_po
         reported_.before = reported_.after;
         reported_.after = after;
         c.renewed = true;
+        if (suspended_) {
+            suspended_ = false;
+            c.resumed = lease(now);
+        }
         return c;
     }
     MutexOwner before = reported_.after;

@@ -15,6 +15,10 @@
 // that still proves it (a renewal answered after the deadline, a release
 // that never reached the server) is `disowned`: the caller gives it back on
 // the server and contends for a new tenure, which gets a new fence.
+//
+// Suspension: a held tenure whose renewal failed (or whose connection was
+// lost) is suspended until a renewal of it succeeds (resumed) or it ends;
+// reported once per suspension, and cleared with the tenure.
 #pragma once
 
 #include <optional>
@@ -43,6 +47,8 @@ public:
         /// ownership; the caller releases it on the server and attempts again.
         bool disowned = false;
         SteadyClock::time_point lost_at{};   ///< when the released tenure's ownership ended
+        std::optional<Lease> suspended;      ///< on_suspended to report: the held tenure, its deadline
+        std::optional<Lease> resumed;        ///< on_resumed to report: the tenure, its new deadline
     };
 
     /// `single_tenure`: once a tenure ended, no later reply begins another
@@ -57,6 +63,9 @@ public:
     Change expire(SteadyClock::time_point now);
     /// Contention ends: a held tenure is released; later replies are ignored.
     Change stop(SteadyClock::time_point now);
+    /// A renewal failed or the connection was lost: a held, unexpired
+    /// tenure is suspended (once, until a renewal resumes it).
+    Change suspend(SteadyClock::time_point now);
 
     /// The tenure held at `now`, in one piece; owns() and fence() are read from it.
     [[nodiscard]] std::optional<Lease> lease(SteadyClock::time_point now) const {
@@ -78,6 +87,7 @@ public:
     [[nodiscard]] bool running() const { return running_; }
     /// Single tenure: a tenure ended since start(); nothing more to attempt.
     [[nodiscard]] bool finished() const { return single_tenure_ && ended_; }
+    [[nodiscard]] bool suspended() const { return suspended_; }
 
 private:
     /// Ends the held tenure: `after` is what replaced it.
@@ -90,6 +100,7 @@ private:
     bool running_ = false;
     bool holding_ = false;
     bool ended_ = false;  // a tenure ended since start()
+    bool suspended_ = false;        // the held tenure's renewals are failing
     SteadyClock::time_point deadline_{};
     MutexOwner tenure_;             // the last reply that proved the held tenure
     ServerTime acquired_at_{0};     // the held tenure's grant (renewals move the row's acquired_at)

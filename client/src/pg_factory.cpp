@@ -219,6 +219,13 @@ struct ContendServiceFactory::Core final : detail::Io {
         std::unique_lock<std::mutex> lock(io_m);
         connections.set_io_thread(std::this_thread::get_id());
         bool listen_broke = false;
+        // Owners hear of a lost connection (lost by a renewal, a caller's
+        // round trip, the watchdog) before the loop reconnects or waits.
+        bool was_up = false;
+        auto notice_loss = [&] {
+            if (was_up && !connections.up()) contention.connection_lost();
+            was_up = connections.up();
+        };
         for (;;) {
             auto now = SteadyClock::now();
             if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
@@ -231,6 +238,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 if (quit) break;
             }
             tasks.run_due();
+            notice_loss();
             now = SteadyClock::now();
             if (connections.connect_due(now)) {
                 if (connections.connect(lock)) {
@@ -242,6 +250,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 continue;
             }
             contention.run_due(now);  // one batch, then commands and notifications again
+            notice_loss();
             now = SteadyClock::now();
             auto until = std::min({now + std::chrono::seconds(1), tasks.next_due(), connections.next_wake()});
             if (connections.up()) until = std::min(until, contention.next_due());

@@ -5,10 +5,10 @@
 // refreshes are I/O-thread tasks, its lease watchdog a handle-thread task, so
 // a blocked statement cannot keep lost() false past the deadline.
 //
-// Locking: State::m guards deadline, lost, released, on_lost and the
-// running callback; no lock is held while a callback or a statement runs.
-// release() waits for an on_lost that already started, so none runs after
-// release() returned.
+// Locking: State::m guards deadline, lost, released, suspended, the
+// callbacks and the running one; no lock is held while a callback or a
+// statement runs. release() waits for a callback that already started, so
+// none runs after release() returned.
 #include "simba/semaphore.hpp"
 
 #include <condition_variable>
@@ -39,9 +39,12 @@ struct Permit::State {
     SteadyClock::time_point deadline{};
     bool lost = false;
     bool released = false;
+    bool suspended = false;  // a refresh failed, none succeeded since
     std::function<void()> on_lost;
+    std::function<void(SteadyClock::time_point)> on_suspended;
+    std::function<void()> on_resumed;
     std::condition_variable callback_done;
-    std::thread::id callback_thread;  // set while on_lost runs
+    std::thread::id callback_thread;  // set while a callback runs
 
     bool live_locked() const { return !lost && !released && SteadyClock::now() < deadline; }
 
@@ -58,13 +61,43 @@ struct Permit::State {
 
     /// Runs on_lost (once) on the handle thread, unless release() comes first.
     static void run_on_lost(const std::shared_ptr<State>& s) {
-        s->io->handle([s] {
+        run_callback(s, [](State& st) {
+            auto cb = std::move(st.on_lost);
+            st.on_lost = nullptr;
+            return cb;
+        });
+    }
+
+    /// A refresh failed: on_suspended (once per suspension) with the
+    /// deadline the permit is lost at unless a refresh succeeds first.
+    static void suspend(const std::shared_ptr<State>& s) {
+        SteadyClock::time_point deadline;
+        {
+            std::lock_guard<std::mutex> lock(s->m);
+            if (!s->live_locked() || s->suspended) return;
+            s->suspended = true;
+            deadline = s->deadline;
+        }
+        run_on_suspended(s, deadline);
+    }
+
+    static void run_on_suspended(const std::shared_ptr<State>& s, SteadyClock::time_point deadline) {
+        run_callback(s, [deadline](State& st) -> std::function<void()> {
+            if (!st.on_suspended) return {};
+            return [cb = st.on_suspended, deadline] { cb(deadline); };
+        });
+    }
+
+    /// Runs on the handle thread what `take` picks under m (an empty
+    /// function: nothing), unless release() comes first.
+    static void run_callback(const std::shared_ptr<State>& s, std::function<std::function<void()>(State&)> take) {
+        s->io->handle([s, take = std::move(take)] {
             std::function<void()> cb;
             {
                 std::lock_guard<std::mutex> lock(s->m);
-                if (s->released || !s->on_lost) return;
-                cb = std::move(s->on_lost);
-                s->on_lost = nullptr;
+                if (s->released) return;
+                cb = take(*s);
+                if (!cb) return;
                 s->callback_thread = std::this_thread::get_id();
             }
             struct Done {  // also when cb throws (the handle thread logs it)
@@ -124,10 +157,14 @@ struct Permit::State {
                     return;
                 }
                 const auto deadline = sent + st->ttl - st->margin;
+                bool resumed;
                 {
                     std::lock_guard<std::mutex> lock(st->m);
                     st->deadline = deadline;
+                    resumed = st->suspended && !st->lost;
+                    st->suspended = false;
                 }
+                if (resumed) run_callback(st, [](State& s) { return s.on_resumed; });
                 watch(st, deadline);
                 schedule_refresh(st, sent + st->ttl / 3);
             },
@@ -136,6 +173,7 @@ struct Permit::State {
                 // permit at its deadline if no retry gets through.
                 auto st = weak.lock();
                 if (!st) return;
+                suspend(st);
                 auto retry = std::min<SteadyClock::duration>(st->ttl / 6, milliseconds(500));
                 schedule_refresh(st, SteadyClock::now() + retry);
             });
@@ -227,6 +265,24 @@ void Permit::on_lost(std::function<void()> callback) {
         state_->on_lost = std::move(callback);
     }
     if (now) State::run_on_lost(state_);
+}
+
+void Permit::on_suspended(std::function<void(SteadyClock::time_point deadline)> callback) {
+    bool now;
+    SteadyClock::time_point deadline;
+    {
+        std::lock_guard<std::mutex> lock(state_->m);
+        if (state_->released) return;
+        now = state_->suspended && state_->live_locked();
+        deadline = state_->deadline;
+        state_->on_suspended = std::move(callback);
+    }
+    if (now) State::run_on_suspended(state_, deadline);
+}
+
+void Permit::on_resumed(std::function<void()> callback) {
+    std::lock_guard<std::mutex> lock(state_->m);
+    if (!state_->released) state_->on_resumed = std::move(callback);
 }
 
 Semaphore::Semaphore(pg::ContendServiceFactory& factory, std::string holder, SemaphoreOptions options)

@@ -104,6 +104,11 @@ simba::detail::Ownership::Change ServiceEvents::apply(const ServicePtr& svc, con
     return change;
 }
 
+void ServiceEvents::suspend(const ServicePtr& svc) {
+    std::lock_guard<std::mutex> lock(svc->m);
+    report(svc, svc->ownership.suspend(SteadyClock::now()));
+}
+
 void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost,
                            const MutexOwner* prev) {
     auto c = svc->contender;
@@ -123,6 +128,11 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
             svc->owner_cv.notify_all();
         }
     }
+    if (change.suspended) {
+        MetricsCell::inc(mc.suspensions);
+        emit(svc, [c, l = *change.suspended] { c->on_suspended(l); });
+    }
+    if (change.resumed) emit(svc, [c, l = *change.resumed] { c->on_resumed(l); });
     if (change.acquired) {
         // Acquire latency from the start of waiting; handoff from the
         // release NOTIFY we acted on, else from the previous holder's lease

@@ -26,6 +26,9 @@ public:
     /// seen before a reply (the previous holder, for the handoff latency).
     void report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost = true,
                 const MutexOwner* prev = nullptr);
+    /// A renewal of `svc` failed or its connection was lost (I/O thread): a
+    /// held tenure is suspended, on_suspended queued once per suspension.
+    void suspend(const ServicePtr& svc);
     /// Ends `svc`'s contention on this side: its tenure (on_released is
     /// queued), its callbacks, wait_owner(). Idempotent.
     void end_locally(const ServicePtr& svc);

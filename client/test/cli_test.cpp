@@ -459,6 +459,8 @@ TEST(CliRunLease, FailingRenewalsTerminateThenKillBeforeTheLeaseEnds) {
                 ms_between(term_at, *end), ms_between(*gone, *end));
     EXPECT_EQ(runner.wait(), 76) << runner.err();
     std::printf("%s", runner.err().c_str());
+    EXPECT_NE(runner.err().find("renewals of mutex " + mutex + " are failing: the lease ends in "), std::string::npos)
+        << "on_suspended is logged: " << runner.err();
     EXPECT_NE(runner.err().find("renewals of " + mutex + " are failing: sent SIGTERM"), std::string::npos) << runner.err();
     EXPECT_NE(runner.err().find("killed (SIGKILL)"), std::string::npos) << runner.err();
 }

@@ -293,6 +293,57 @@ TEST(Lease, AReconnectMidRenewalKeepsOnlyWhatWasProven) {
     EXPECT_TRUE(l.owns(at(1270)));
 }
 
+TEST(Lease, AFailedRenewalSuspendsOnceAndARenewalResumes) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.suspend(at(600));
+    ASSERT_TRUE(c.suspended);
+    EXPECT_EQ(c.suspended->fence, 7);
+    EXPECT_EQ(c.suspended->deadline, at(980));  // the deadline it will be lost at
+    EXPECT_FALSE(c.released);
+    EXPECT_TRUE(l.suspended());
+    EXPECT_TRUE(l.owns(at(700))) << "suspended is still owner";
+    EXPECT_FALSE(l.suspend(at(700)).suspended) << "once per suspension, not per failed retry";
+    c = l.reply(reply("me", 7, 800), at(810));
+    EXPECT_TRUE(c.renewed);
+    ASSERT_TRUE(c.resumed);
+    EXPECT_EQ(c.resumed->fence, 7);
+    EXPECT_EQ(c.resumed->deadline, at(1780));
+    EXPECT_FALSE(l.suspended());
+    EXPECT_FALSE(l.reply(reply("me", 7, 1200), at(1210)).resumed) << "a renewal not suspended resumes nothing";
+    EXPECT_TRUE(l.suspend(at(1300)).suspended) << "a new suspension";
+}
+
+TEST(Lease, ATenureEndingWhileSuspendedReportsOnlyItsEnd) {
+    for (int how = 0; how < 3; ++how) {
+        auto l = started();
+        (void)l.reply(reply("me", 7, 0), at(10));
+        ASSERT_TRUE(l.suspend(at(600)).suspended);
+        Ownership::Change c;
+        if (how == 0) c = l.expire(at(980));
+        if (how == 1) c = l.stop(at(700));
+        if (how == 2) c = l.reply(reply("other", 8, 700), at(710));
+        EXPECT_TRUE(c.released) << how;
+        EXPECT_FALSE(c.resumed) << how;
+        EXPECT_FALSE(l.suspended()) << how;
+        if (how == 1) continue;
+        // The next tenure starts unsuspended; its first renewal resumes nothing.
+        (void)l.reply(reply("me", 9, 2000), at(2010));
+        EXPECT_FALSE(l.suspended()) << how;
+        EXPECT_FALSE(l.reply(reply("me", 9, 2500), at(2510)).resumed) << how;
+    }
+}
+
+TEST(Lease, NothingIsSuspendedWithoutALiveTenure) {
+    auto l = started();
+    EXPECT_FALSE(l.suspend(at(0)).suspended);
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.suspend(at(990));  // past the deadline: the tenure ends instead
+    EXPECT_FALSE(c.suspended);
+    EXPECT_TRUE(c.released);
+    EXPECT_FALSE(l.suspended());
+}
+
 TEST(Lease, MarginHasAFixedPartAndAClockRatePart) {
     using simba::detail::lease_margin;
     EXPECT_EQ(lease_margin(10s, 20ms, 500), 25ms);

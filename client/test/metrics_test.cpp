@@ -21,6 +21,7 @@ simba::Metrics sample_metrics() {
     a.late_releases = 1;
     a.renewals = 30;
     a.renewal_failures = 3;
+    a.suspensions = 2;
     a.lost = 1;
     a.is_owner = true;
     a.fence = 12;
@@ -60,6 +61,7 @@ TEST(Metrics, ExpositionPassesTheChecker) {
     EXPECT_EQ(r.value("simba_client_late_releases_total", a), 1);
     EXPECT_EQ(r.value("simba_client_renewals_total", a), 30);
     EXPECT_EQ(r.value("simba_client_renewal_failures_total", a), 3);
+    EXPECT_EQ(r.value("simba_client_suspensions_total", a), 2);
     EXPECT_EQ(r.value("simba_client_lost_total", a), 1);
     EXPECT_EQ(r.value("simba_client_is_owner", a), 1);
     EXPECT_EQ(r.value("simba_client_fence", a), 12);
@@ -89,7 +91,7 @@ TEST(Metrics, EmptySnapshotIsValid) {
     EXPECT_EQ(r.samples.size(), 2u);
     EXPECT_EQ(r.value("simba_client_acquire_statements_total", {}), 0);
     EXPECT_EQ(r.value("simba_client_acquire_calls_total", {}), 0);
-    EXPECT_EQ(r.types.size(), 14u);
+    EXPECT_EQ(r.types.size(), 15u);
 }
 
 TEST(Metrics, BadLabelNamesRejected) {

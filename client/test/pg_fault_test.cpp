@@ -6,19 +6,9 @@
 // (docs/design.md, "Deadlines"). Runs on a cluster of its own that also
 // listens on TCP (SIMBA_CLUSTER_TCP=1), so the proxy's connections can be
 // told apart by port in pg_stat_activity.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
-#include "pg_support.hpp"
+#include "fault_proxy.hpp"
 
 using namespace simba_test;
 using simba::MutexState;
@@ -27,72 +17,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-/// One simba_fault_proxy process in front of the test server.
-class FaultProxy {
-public:
-    /// `upstream_port`: the server's TCP port (SIMBA_PG_TCP_PORT).
-    explicit FaultProxy(int upstream_port, bool blackhole = false) {
-        int out[2];
-        if (pipe(out) != 0) throw std::runtime_error("pipe");
-        pid_ = fork();
-        if (pid_ == 0) {
-            dup2(out[1], 1);
-            close(out[0]);
-            const std::string port = std::to_string(upstream_port);
-            if (blackhole)
-                execl(SIMBA_FAULT_PROXY, SIMBA_FAULT_PROXY, "--target-port", port.c_str(), "--blackhole", nullptr);
-            else
-                execl(SIMBA_FAULT_PROXY, SIMBA_FAULT_PROXY, "--target-port", port.c_str(), nullptr);
-            _exit(127);
-        }
-        close(out[1]);
-        FILE* f = fdopen(out[0], "r");
-        if (!f || std::fscanf(f, "ready %d %d", &port_, &control_) != 2)
-            throw std::runtime_error("simba_fault_proxy did not start");
-        std::fclose(f);
-    }
-    ~FaultProxy() {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-    }
-    FaultProxy(const FaultProxy&) = delete;
-    FaultProxy& operator=(const FaultProxy&) = delete;
-
-    int port() const { return port_; }
-    std::string conninfo() const { return "host=127.0.0.1 port=" + std::to_string(port_); }
-
-    /// Sends one control command; returns the reply (ends in "ok\n" on success).
-    std::string command(const std::string& line) const {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<uint16_t>(control_));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-            close(fd);
-            return "error: control port";
-        }
-        std::string l = line + "\n";
-        [[maybe_unused]] auto n = write(fd, l.data(), l.size());
-        std::string reply;
-        char buf[256];
-        ssize_t r;
-        while ((r = read(fd, buf, sizeof buf)) > 0) reply.append(buf, static_cast<std::size_t>(r));
-        close(fd);
-        return reply;
-    }
-
-private:
-    pid_t pid_ = -1;
-    int port_ = 0, control_ = 0;
-};
-
 long long ms(SteadyClock::duration d) { return duration_cast<milliseconds>(d).count(); }
-
-int tcp_port() {
-    const char* p = std::getenv("SIMBA_PG_TCP_PORT");
-    return p ? std::atoi(p) : 0;
-}
 
 /// The server-side client_ports of the factory's backends: the LISTEN ones
 /// (`listen`) or the statement ones. A hung connection's backend stays
@@ -106,16 +31,6 @@ std::vector<int> backend_ports(pqxx::connection& db, const std::string& app, boo
     for (const auto& row : r) out.push_back(row[0].as<int>());
     return out;
 }
-
-simba::pg::FactoryOptions fault_options(const std::string& app) {
-    auto o = test_options(app);
-    o.connect_timeout = 2s;  // libpq's minimum
-    o.listen_ping_interval = 1000ms;
-    return o;
-}
-
-#define REQUIRE_TCP()                                                                    \
-    if (tcp_port() == 0) FAIL() << "run inside test/with-cluster.sh with SIMBA_CLUSTER_TCP=1"
 
 }  // namespace
 

@@ -20,7 +20,7 @@
 // lock() again by the holding thread is refused (IllegalStateError) unless
 // max_hold_count allows it (a reentrant hold: the same lease and fence). A
 // hold taken by lock_async() belongs to no thread: any thread unlocks it.
-// Callbacks (on_lost) run on the factory's handle thread; they may call
+// Callbacks (on_lost, on_suspended, on_resumed) run on the factory's handle thread; they may call
 // lease(), is_owner(), fence() and release()/cancel(), not lock() or unlock().
 //
 // Movable: a moved-from Locker holds nothing; only destroying it or
@@ -111,6 +111,12 @@ public:
     /// (not when unlock(), release() or cancel() ends it): at most once per
     /// hold, no later than the lease deadline. Replaces an earlier callback.
     void on_lost(std::function<void()> callback);
+    /// Runs `callback(deadline)` on the handle thread when the hold's
+    /// renewals start failing: the lock is lost at `deadline` unless one
+    /// succeeds (Curator's SUSPENDED). on_resumed or on_lost follows.
+    void on_suspended(std::function<void(SteadyClock::time_point deadline)> callback);
+    /// Runs `callback` when a renewal succeeds after on_suspended.
+    void on_resumed(std::function<void()> callback);
 
     // --- The older names --------------------------------------------------
     /// Blocks until this locker owns the mutex. Throws IllegalStateError if

@@ -51,6 +51,7 @@ struct MutexMetrics {
     std::uint64_t late_releases = 0;     ///< releases that found the lease already ended: finished after the lease ended
     std::uint64_t renewals = 0;          ///< successful renewals by the owner
     std::uint64_t renewal_failures = 0;  ///< renewal calls that failed (error, timeout, connection lost)
+    std::uint64_t suspensions = 0;       ///< held tenures whose renewals began failing (on_suspended)
     std::uint64_t lost = 0;              ///< tenures that ended other than by our release (expired, taken over)
     // gauges
     bool is_owner = false;               ///< a running service of this id proves ownership now

@@ -11,7 +11,8 @@
 // over, or the connection stays down until the lease ends), lost() turns
 // true and on_lost runs on the factory's handle thread, no later than the
 // lease deadline (send time of the last successful grant/refresh + ttl,
-// less SemaphoreOptions' margin).
+// less SemaphoreOptions' margin). A failed refresh first calls on_suspended
+// with that deadline; on_resumed follows if a refresh then succeeds.
 //
 // Thread-safety: a Semaphore is copyable and movable (copies share the
 // factory) and its members may be called from any threads at once. A
@@ -67,6 +68,17 @@ public:
     /// is lost other than by release(); at once if it already was. Nothing
     /// after release().
     void on_lost(std::function<void()> callback);
+    /// Runs `callback` on the handle thread when a refresh fails (an error,
+    /// a timeout, no connection) while the permit is live: it is still
+    /// held, until `deadline` unless a refresh succeeds first. Once per
+    /// suspension, not per failed retry; at once if the permit is suspended
+    /// now. on_resumed or on_lost follows (on_lost alone if it ends while
+    /// suspended). Nothing after release().
+    void on_suspended(std::function<void(SteadyClock::time_point deadline)> callback);
+    /// Runs `callback` on the handle thread when a refresh succeeds after
+    /// on_suspended (the permit goes on, with a later deadline). Nothing
+    /// after release().
+    void on_resumed(std::function<void()> callback);
 
     struct State;
 
