@@ -1,7 +1,7 @@
 # Run at install time (install(SCRIPT) in client/CMakeLists.txt), after the
 # shared library is installed: refreshes the dynamic linker's cache with
 # ldconfig, so that programs linked against libsimba-client (pkg-config,
-# find_package) load libsimba-client.so.1 without LD_LIBRARY_PATH. Only for a
+# find_package) load libsimba-client.so.N without LD_LIBRARY_PATH. Only for a
 # system prefix (/usr, /usr/local: directories in /etc/ld.so.conf) and an
 # install in place (no DESTDIR: a package build or a staging install runs
 # nothing on the build host). Never fails the install: without ldconfig, or
@@ -24,11 +24,11 @@ foreach(_simba_dir IN LISTS _simba_path ITEMS /sbin /usr/sbin)
   endif()
 endforeach()
 if(NOT SIMBA_LDCONFIG)
-  message(NOTICE "simba: ldconfig not found: run it as root so that programs find libsimba-client.so.1")
+  message(NOTICE "simba: ldconfig not found: run it as root so that programs find libsimba-client")
   return()
 endif()
 message(STATUS "Running ${SIMBA_LDCONFIG}")
 execute_process(COMMAND "${SIMBA_LDCONFIG}" RESULT_VARIABLE _simba_rc)
 if(NOT _simba_rc EQUAL 0)
-  message(NOTICE "simba: ${SIMBA_LDCONFIG} failed (${_simba_rc}): run it as root so that programs find libsimba-client.so.1")
+  message(NOTICE "simba: ${SIMBA_LDCONFIG} failed (${_simba_rc}): run it as root so that programs find libsimba-client")
 endif()

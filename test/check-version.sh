@@ -5,6 +5,8 @@
 #   an install script or an upgrade path to it (extension/simba--*.sql)
 #   NEWS.md                  its newest "## X.Y" entry
 #   debian/changelog         its newest entry's upstream version (X.Y-N)
+# and so is the client library's ABI version N (SIMBA_CLIENT_SOVERSION in
+# client/CMakeLists.txt): the Debian runtime package is libsimba-clientN.
 # Prints one "... ok" / "... FAILED" line per check; exits 1 if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,4 +36,21 @@ newest_upgrade() {
   [ -z "$newest" ] || [ "$newest" = "$v" ]
 }
 check "the newest upgrade script ends at $v" newest_upgrade
+
+so=$(sed -n 's/^set(SIMBA_CLIENT_SOVERSION \([0-9]*\))$/\1/p' client/CMakeLists.txt)
+echo "version: libsimba-client.so.$so"
+check "client/CMakeLists.txt sets SIMBA_CLIENT_SOVERSION" test -n "$so"
+runtime_package() { # the package and libsimba-client-dev's dependency on it
+  local f
+  for f in debian/control debian/control.in; do
+    [ "$(grep -o '^Package: libsimba-client[0-9]*$' "$f")" = "Package: libsimba-client$so" ] &&
+      grep -qx " libsimba-client$so (= \${binary:Version})," "$f" || { echo "$f"; return 1; }
+  done
+}
+check "debian/control and control.in name the runtime package libsimba-client$so" runtime_package
+package_files() {
+  [ -e "debian/libsimba-client$so.install" ] &&
+    [ -z "$(ls debian/libsimba-client[0-9]*.* | grep -v "^debian/libsimba-client$so\.")" ]
+}
+check "debian/libsimba-client$so.* are its files, no other libsimba-clientN's" package_files
 exit $failed

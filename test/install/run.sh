@@ -48,7 +48,7 @@ make_install() {
 check "make install DESTDIR=$stage" make_install
 installed_files() {
   local f missing=0
-  for f in lib/libsimba-client.so lib/libsimba-client.so.1 include/simba/simba.hpp include/simba/semaphore.hpp \
+  for f in lib/libsimba-client.so lib/libsimba-client.so.2 include/simba/simba.hpp include/simba/semaphore.hpp \
            lib/cmake/simba-client/simba-client-config.cmake lib/cmake/simba-client/simba-client-config-version.cmake \
            lib/cmake/simba-client/simba-client-targets.cmake lib/pkgconfig/simba-client.pc bin/simba; do
     [ -e "$usr/$f" ] || { echo "missing: $usr/$f"; missing=1; }
@@ -76,7 +76,7 @@ staged_headers() { # depfile
 staged_lib() { # program
   local libs  # (not ldd | grep -q: with pipefail, ldd's SIGPIPE would fail it)
   libs=$(LD_LIBRARY_PATH=$usr/lib ldd "$1")
-  grep -q "libsimba-client.so.1 => $usr/lib/libsimba-client.so.1 " <<<"$libs" || { echo "$libs"; return 1; }
+  grep -q "libsimba-client.so.2 => $usr/lib/libsimba-client.so.2 " <<<"$libs" || { echo "$libs"; return 1; }
 }
 
 # --- the C++20 consumers -----------------------------------------------------
@@ -206,7 +206,7 @@ check "make without CLI11 and nlohmann-json names libcli11-dev and nlohmann-json
 nocli_install() {
   make -s install-client SIMBA_BUILD="$nocli" DESTDIR="$work/stage-nocli" >"$work/nocli-install.log" 2>&1 ||
     { cat "$work/nocli-install.log"; return 1; }
-  [ -e "$work/stage-nocli/usr/local/lib/libsimba-client.so.1" ] &&
+  [ -e "$work/stage-nocli/usr/local/lib/libsimba-client.so.2" ] &&
     [ -e "$work/stage-nocli/usr/local/include/simba/simba.hpp" ] &&
     [ ! -e "$work/stage-nocli/usr/local/bin/simba" ]
 }

@@ -30,7 +30,7 @@ if [ "${1:-}" != --inside ]; then
     cat build/lintian.log; echo "package: lintian ... FAILED"; exit 1
   fi
   debs=()
-  for p in postgresql-15-simba libsimba-client1 libsimba-client-dev simba-cli; do
+  for p in postgresql-15-simba libsimba-client2 libsimba-client-dev simba-cli; do
     debs+=("$root/$(ls build/deb/${p}_*.deb)")
   done
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
@@ -93,10 +93,10 @@ check "a program built with pkg-config simba-client" pkgconfig_build
 packaged_lib() {  # (ldd's output first: ldd | grep -q can fail on SIGPIPE under pipefail)
   local cm pc
   cm=$(ldd "$work/cmake/smoke") && pc=$(ldd "$work/smoke-pc") &&
-    grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " <<<"$cm" &&
-    grep -q "libsimba-client.so.1 => $libdir/libsimba-client.so.1 " <<<"$pc"
+    grep -q "libsimba-client.so.2 => $libdir/libsimba-client.so.2 " <<<"$cm" &&
+    grep -q "libsimba-client.so.2 => $libdir/libsimba-client.so.2 " <<<"$pc"
 }
-check "both link the packaged libsimba-client.so.1" packaged_lib
+check "both link the packaged libsimba-client.so.2" packaged_lib
 check "the find_package program holds a mutex" "$work/cmake/smoke"
 check "the pkg-config program holds a mutex" "$work/smoke-pc"
 
