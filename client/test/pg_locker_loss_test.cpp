@@ -16,11 +16,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::atoi(v) : fallback;
-}
-
 /// Tenures the server granted `id` on `mutex` with a fence above `fence`
 /// (simba.history logs every change of hands).
 long tenures_after(pqxx::connection& c, const std::string& mutex, const std::string& id, std::int64_t fence) {

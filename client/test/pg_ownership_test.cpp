@@ -49,11 +49,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-int env_int(const char* name, int def) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::atoi(v) : def;
-}
-
 std::int64_t us(SteadyClock::time_point t) { return duration_cast<microseconds>(t.time_since_epoch()).count(); }
 
 /// One read of a service's ownership: what it claimed at some instant in

@@ -205,4 +205,9 @@ int LogCapture::count_containing(const std::string& needle) const {
     return n;
 }
 
+int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::atoi(v) : fallback;
+}
+
 }  // namespace simba_test

@@ -93,6 +93,9 @@ void notify_storm(pqxx::connection& c, const std::string& name, int n, std::atom
 /// Backends of the server whose application_name is `app`.
 int backends_with_app(pqxx::connection& c, const std::string& app);
 
+/// The integer in environment variable `name`, or `fallback` when unset or empty.
+int env_int(const char* name, int fallback);
+
 /// Threads of this process (/proc/self/task).
 int thread_count();
 
