@@ -15,6 +15,9 @@
 // callback (the handle thread runs them one at a time); a blocking call in
 // one (start_and_wait(), wait_owner(), Semaphore::acquire()) works, but
 // holds up every callback of the factory while it waits.
+//
+// A service is owned through the std::unique_ptr the factory returns: move
+// that pointer to move the service (its contender and callbacks stay put).
 #pragma once
 
 #include <atomic>
