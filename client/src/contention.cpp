@@ -289,11 +289,13 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
 }
 
 /// statement_timeout: the configured one, at most half the shortest lease
-/// in use, so one hung statement never outlives a lease.
+/// in use, so one hung statement never outlives a lease. O(1): the registry
+/// keeps the lease durations counted (a scan of every service here made
+/// starting N services O(N²), issue 24).
 void Contention::update_statement_timeout() {
     auto t = options_.statement_timeout;
-    for (auto& s : registry_.all())
-        t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(s->duration() / 2)));
+    if (auto shortest = registry_.shortest_lease())
+        t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(*shortest / 2)));
     conn_.set_statement_timeout(t);
 }
 
