@@ -25,7 +25,10 @@ std::vector<ServicePtr> AttemptQueue::due_batch(SteadyClock::time_point now, Ste
     std::vector<ServicePtr> out;
     std::vector<Timer> later;  // inside the batch window but not inside their own (short ttl)
     const auto horizon = now + window;
-    while (!timers_.empty() && out.size() < max && timers_.top().at <= horizon) {
+    // `later` counts toward `max` too: else every call would pop and push
+    // back every short-ttl timer inside the window, however many. Those due
+    // now come first in the heap, so none is left behind by this.
+    while (!timers_.empty() && out.size() + later.size() < max && timers_.top().at <= horizon) {
         Timer t = timers_.top();
         timers_.pop();
         ServicePtr svc = t.live();
