@@ -140,7 +140,7 @@ TEST(LockerLoss, ALeaseThatRunsOutIsFinalToo) {
     scratch.refuse_connections(false);
     ASSERT_TRUE(factory.wait_connected(5000ms));
     auto other = admin(scratch.conninfo());
-    EXPECT_FALSE(eventually([&] { return owner_of(*other, m) == "A" || a.is_owner(); }, 1500ms))
+    EXPECT_FALSE(eventually([&] { return holds_later_tenure(*other, m, "A", held->fence) || a.is_owner(); }, 1500ms))
         << "A took the mutex back after reconnecting";
     a.unlock();
 }

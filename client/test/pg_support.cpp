@@ -59,6 +59,12 @@ std::string owner_of(pqxx::connection& c, const std::string& mutex) {
     return r[0].is_null() ? std::string() : r[0].as<std::string>();
 }
 
+bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std::string& id, std::int64_t fence) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params1("SELECT owner_id = $2 AND fence <> $3 FROM simba_owner($1)", mutex, id, fence);
+    return !r[0].is_null() && r[0].as<bool>();
+}
+
 std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root) {
     {
         pqxx::nontransaction tx(root);

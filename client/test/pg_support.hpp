@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <pqxx/pqxx>
@@ -47,6 +48,10 @@ private:
 
 /// The mutex's owner id on the server now ("" when free).
 std::string owner_of(pqxx::connection& c, const std::string& mutex);
+/// Whether the server shows `id` holding `mutex` with another fence than
+/// `fence`: a tenure after the one that had it. (The tenure of `fence`
+/// itself may still be live there a moment after its holder gave up.)
+bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std::string& id, std::int64_t fence);
 
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);

@@ -311,7 +311,7 @@ TEST(Suspend, ALockerIsSuspendedResumedAndThenLostForGood) {
     EXPECT_FALSE(lock.is_owner());
     ASSERT_EQ(proxy.command("pass"), "ok\n");
     ASSERT_TRUE(factory.wait_connected(10000ms));
-    EXPECT_FALSE(eventually([&] { return owner_of(*db, m) == "A" || lock.is_owner(); }, 1000ms))
+    EXPECT_FALSE(eventually([&] { return holds_later_tenure(*db, m, "A", fence) || lock.is_owner(); }, 1000ms))
         << "the lost Locker took the lock back";
     lock.unlock();
     EXPECT_EQ(log.seen(), "srsl");
