@@ -50,6 +50,7 @@ struct Locker::State : std::enable_shared_from_this<State> {
     bool acquire_until(SteadyClock::time_point deadline, bool bounded);
     bool start(std::uint64_t my_cancels, bool now);
     void started_done();
+    void stop_service();
     void stop_hold();
     bool claim(SteadyClock::time_point deadline, bool& reentered);
     void unclaim();
@@ -179,13 +180,7 @@ void Locker::State::started_done() {
 /// `starting`: that stop may wait for the handle thread, where an on_lost
 /// callback may be releasing).
 bool Locker::State::start(std::uint64_t my_cancels, bool now) {
-    if (service->status() == Status::RUNNING) {
-        try {
-            service->stop();
-        } catch (const IllegalStateError&) {
-            if (service->status() == Status::RUNNING) throw;  // else a release stopped it meanwhile
-        }
-    }
+    stop_service();
     {
         std::lock_guard<std::mutex> lock(m);
         if (cancels != my_cancels) return false;
@@ -251,6 +246,17 @@ bool Locker::State::acquire_until(SteadyClock::time_point deadline, bool bounded
     return true;
 }
 
+/// Stops the service if it runs; a release or restart that stopped it
+/// meanwhile (stop() lost the race) is no error.
+void Locker::State::stop_service() {
+    if (service->status() != Status::RUNNING) return;
+    try {
+        service->stop();
+    } catch (const IllegalStateError&) {
+        if (service->status() == Status::RUNNING) throw;
+    }
+}
+
 void Locker::State::stop_hold() {
     {
         // A start in progress (STARTING) cannot be stopped: wait for it, so
@@ -266,13 +272,7 @@ void Locker::State::stop_hold() {
         hold_fence = 0;
     };
     try {
-        if (service->status() == Status::RUNNING) service->stop();
-    } catch (const IllegalStateError&) {
-        // Another release (or a restart) stopped it meanwhile.
-        if (service->status() == Status::RUNNING) {
-            done();
-            throw;
-        }
+        stop_service();
     } catch (...) {
         done();
         throw;
