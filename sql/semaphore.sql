@@ -36,9 +36,10 @@ SELECT simba_semaphore_refresh('workers', token, '1h') FROM permits WHERE n = 1;
 SELECT time_left > '59 min' AS extended FROM simba_semaphore_status WHERE holder = 'w1';
 
 -- expiry frees a permit, lazily: its slot is taken over by the next grant
-SELECT token AS short_token, fence AS short_fence FROM simba_semaphore_acquire('short', 'a', 1, '500ms') \gset
+SELECT token AS short_token, fence AS short_fence, expires_at AS short_end
+  FROM simba_semaphore_acquire('short', 'a', 1, '3s') \gset
 SELECT simba_semaphore_acquire('short', 'b', 1) IS NULL AS still_held;
-SELECT pg_sleep(0.6);
+SELECT pg_sleep(extract(epoch FROM :'short_end'::timestamptz - (simba_clock()).now) + 0.05) AS past_expiry;
 SELECT slot, fence > :short_fence AS newer_fence FROM simba_semaphore_acquire('short', 'b', 1);
 -- the expired-and-taken-over token can neither refresh nor release
 SELECT simba_semaphore_refresh('short', :'short_token', '10s') AS refreshed,
