@@ -21,9 +21,16 @@ fi
 
 # --- inside the throwaway cluster ---------------------------------------
 passed=0 failed=0 failed_suites=()
-tally() { # suite-name passed failed
+# What each failed suite said about its failure, printed again at the very
+# end: CI keeps only the tail of a run's output.
+why=$(mktemp)
+tally() { # suite-name passed failed log
   passed=$((passed + $2)); failed=$((failed + $3))
-  [ "$3" -eq 0 ] || failed_suites+=("$1")
+  [ "$3" -eq 0 ] && return
+  failed_suites+=("$1")
+  local lines
+  lines=$(grep -E '\.\.\. FAILED|^[0-9/ ]+Test +#.*(Failed|Timeout|Exception)|^==[0-9]+== [A-Z]|failed:' "$4" || true)
+  { echo "--- $1:"; head -8 <<<"${lines:-$(tail -5 "$4")}"; } >>"$why"
 }
 
 # Runs a suite command, echoing its output; counts "... ok" / "... FAILED"
@@ -35,7 +42,7 @@ run_pg_suite() { # name command...
   ok=$(grep -cE '\.\.\. ok' "$log" || true)
   bad=$(grep -cE '\.\.\. FAILED' "$log" || true)
   [ "$rc" -eq 0 ] || [ "$bad" -gt 0 ] || bad=1
-  tally "$name" "$ok" "$bad"
+  tally "$name" "$ok" "$bad" "$log"
   rm -f "$log"
 }
 # the release version agrees across the control file, NEWS.md and debian/changelog
@@ -70,7 +77,7 @@ run_ctest_suite() { # name command...
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || echo "0 tests failed out of 1")
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   nbad=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
-  tally "$name" $((total - nbad)) "$nbad"
+  tally "$name" $((total - nbad)) "$nbad" "$log"
   rm -f "$log"
 }
 # C++: client (unit, integration, examples), TCK, SQL fuzzer, chaos, HA on
@@ -87,6 +94,10 @@ fi
 run_pg_suite package test/package/smoke.sh
 
 echo
-[ ${#failed_suites[@]} -eq 0 ] || echo "failed suites: ${failed_suites[*]}"
+if [ ${#failed_suites[@]} -gt 0 ]; then
+  cat "$why"
+  echo "failed suites: ${failed_suites[*]}"
+fi
+rm -f "$why"
 echo "simba: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
