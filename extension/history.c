@@ -60,13 +60,12 @@ static SimbaPlan late_release_insert = {
 	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID}
 };
 
-/* $1 mutex, $2 t, $3 origin: a live lease, on simba's clock (clock.c) */
+/* $1 mutex, $2 t, $3 origin: a live lease, on simba's clock (clock.c), or its session's */
 static SimbaPlan force_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,"
+	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
 	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND m.owner_id IS NOT NULL"
-	"   AND " SIMBA_LEASE_END("m.transition_at", "m.acquired_at", "m.clock_origin", "$3") " > $2",
+	" WHERE m.mutex = $1 AND " SIMBA_MUTEX_LIVE_LOCKING("$2", "$3"),
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 

@@ -18,6 +18,10 @@
  * the lease. A sequence is not rolled back, so no fence the server ever
  * returned is returned again, whether its transaction committed or not.
  *
+ * Session: a tenure taken under a session (session_id) lives as long as the
+ * session (session.c); the row keeps the session's times at the acquire for
+ * show, and reads the session's for its owner and fence check.
+ *
  * Locking: acquire and release lock the row only through their UPDATE. A
  * first acquire inserts the row with ON CONFLICT DO NOTHING, so concurrent
  * first uses wait on each other and then retry the UPDATE instead of failing.
@@ -47,47 +51,66 @@ PG_FUNCTION_INFO_V1(simba_mutex_gc);
 #define SAME_HOLDER(id, role, roleid, sysid) \
 	"(m.owner_id = " id " AND " SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", role, roleid, sysid) ")"
 
-/* $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role, $7 roleid, $8 sysid, $9 origin */
-#define ACQUIRE_ARGS 9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+/*
+ * $1 mutex, $2 contender, $3 t, $4 ttl_at, $5 transition_at, $6 role, $7 roleid, $8 sysid, $9 origin,
+ * $10 session (NULL: none)
+ */
+#define ACQUIRE_ARGS 10, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, \
+	TIMESTAMPTZOID, UUIDOID}
 #define ACQUIRE_HOLDER SAME_HOLDER("$2", "$6", "$7", "$8")
 
-/* A new holder gets a fence from the sequence: never reused, even after a rollback. */
+/*
+ * A new holder gets a fence from the sequence: never reused, even after a
+ * rollback. The holder renews into the session of the call (or none).
+ */
 static SimbaPlan acquire_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = $2, owner_role = $6, owner_roleid = $7, owner_sysid = $8,"
+	"   SET owner_id = $2, owner_role = $6, owner_roleid = $7, owner_sysid = $8, session_id = $10,"
 	"       acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9,"
 	"       version = m.version + 1,"
-	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE("$3", "$9")
+	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE_LOCKING("$3", "$9")
 	"                    THEN m.fence ELSE pg_catalog.nextval('simba_mutex_fence') END"
 	" WHERE m.mutex = $1"
-	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " SIMBA_MUTEX_LIVE("$3", "$9") ")"
+	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " SIMBA_MUTEX_LIVE_LOCKING("$3", "$9") ")"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
 
 /*
- * Renewal only: the caller's live tenure with fence $10, never a new one. A
+ * Renewal only: the caller's live tenure with fence $11, never a new one. A
  * holder that lost its tenure (forced release, lease end) learns it from the
- * row without taking the mutex again (docs/design.md, "Client").
+ * row without taking the mutex again (docs/design.md, "Client"). A tenure
+ * under a session is renewed by its session's keepalive: the owner as it
+ * stands is the answer.
  */
 static SimbaPlan renew_update = {
 	"UPDATE simba_mutex AS m"
 	"   SET acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9, version = m.version + 1"
-	" WHERE m.mutex = $1 AND m.fence = $10 AND " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE("$3", "$9")
+	" WHERE m.mutex = $1 AND m.fence = $11 AND m.session_id IS NULL AND " ACQUIRE_HOLDER
+	"   AND " SIMBA_MUTEX_END("$9") " > $3"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
-	10, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID,
-	INT8OID}
+	11, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID,
+	UUIDOID, INT8OID}
 };
 
 static SimbaPlan acquire_insert = {
 	"INSERT INTO simba_mutex AS m"
 	"       (mutex, owner_id, owner_role, owner_roleid, owner_sysid, acquired_at, ttl_at, transition_at,"
-	"        clock_origin, version, fence)"
-	" VALUES ($1, $2, $6, $7, $8, $3, $4, $5, $9, 1, pg_catalog.nextval('simba_mutex_fence'))"
+	"        clock_origin, session_id, version, fence)"
+	" VALUES ($1, $2, $6, $7, $8, $3, $4, $5, $9, $10, 1, pg_catalog.nextval('simba_mutex_fence'))"
 	" ON CONFLICT (mutex) DO NOTHING"
 	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
 	ACQUIRE_ARGS
 };
+
+/*
+ * A time of row m's lease as this clock counts it: the session's `session`
+ * under a session, else the row's own `own` (since its acquired_at).
+ */
+#define TENURE_TIME(own, session, origin) \
+	"COALESCE((SELECT " SIMBA_LEASE_END("s." session, "s.renewed_at", "s.clock_origin", origin) \
+	"            FROM simba_session_lease AS s WHERE s.session_id = m.session_id), " \
+	SIMBA_LEASE_END("m." own, "m.acquired_at", "m.clock_origin", origin) ")"
 
 /*
  * The row as it stands, owner NULL once the lease has ended. A lease of
@@ -96,8 +119,8 @@ static SimbaPlan acquire_insert = {
 static SimbaPlan owner_select = {
 	"SELECT m.mutex, CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_id END,"
 	"       " SIMBA_LEASE_END("m.acquired_at", "m.acquired_at", "m.clock_origin", "$3") ","
-	"       " SIMBA_LEASE_END("m.ttl_at", "m.acquired_at", "m.clock_origin", "$3") ","
-	"       " SIMBA_MUTEX_END("$3") ", m.version, m.fence, $2,"
+	"       " TENURE_TIME("ttl_at", "ttl_at", "$3") ","
+	"       " TENURE_TIME("transition_at", "transition_at", "$3") ", m.version, m.fence, $2,"
 	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -110,15 +133,18 @@ static SimbaPlan owner_select = {
  */
 static SimbaPlan release_update = {
 	"UPDATE simba_mutex AS m"
-	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,"
+	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
 	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " SIMBA_MUTEX_LIVE("$3", "$7"),
+	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " SIMBA_MUTEX_LIVE_LOCKING("$3", "$7"),
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 };
 
-/* $1 mutex, $2 role, $3 roleid, $4 sysid, $5 origin */
+/*
+ * $1 mutex, $2 role, $3 roleid, $4 sysid, $5 origin. A session's end read in
+ * this statement may be older than its latest keepalive, never later.
+ */
 static SimbaPlan fence_lock = {
-	"SELECT m.owner_id, m.fence, " SIMBA_MUTEX_END("$5") ", m.owner_role,"
+	"SELECT m.owner_id, m.fence, " TENURE_TIME("transition_at", "transition_at", "$5") ", m.owner_role,"
 	"       COALESCE(" SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$2", "$3", "$4") ", false)"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
 	5, {TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
@@ -131,7 +157,7 @@ static SimbaPlan fence_lock = {
  */
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_mutex AS d WHERE d.mutex IN"
-	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " SIMBA_MUTEX_LIVE("$1", "$2") " FOR UPDATE SKIP LOCKED)",
+	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " SIMBA_MUTEX_LIVE_LOCKING("$1", "$2") " FOR UPDATE SKIP LOCKED)",
 	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -154,10 +180,11 @@ returned_owner(TupleDesc tupdesc)
 
 /*
  * $1..$9 of the acquire and renew plans from the call's mutex, contender_id
- * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1).
+ * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1);
+ * $10, the session, NULL.
  */
-static void
-lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args)
+static SimbaCaller
+lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
 {
 	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
@@ -178,6 +205,10 @@ lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args)
 	args[6] = caller.roleid;
 	args[7] = caller.sysid;
 	args[8] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
+	args[9] = (Datum) 0;
+	memset(nulls, ' ', 10);
+	nulls[9] = 'n';
+	return caller;
 }
 
 /* A mutex never used: free, version and fence still 0 (in the caller's memory). */
@@ -193,14 +224,26 @@ unused_owner(TupleDesc tupdesc, Datum mutex, TimestampTz t)
 Datum
 simba_acquire_1_4(PG_FUNCTION_ARGS)
 {
-	Datum		args[9];
-	TupleDesc	tupdesc;
+	Datum		args[10];
+	char		nulls[11] = "";
+	SimbaCaller caller = lease_args(fcinfo, 2, args, nulls);
+	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	Datum		result;
 	int			attempt;
 
-	lease_args(fcinfo, 2, args);
-	tupdesc = owner_tupdesc(fcinfo);
 	SPI_connect();
+	/* Under a session: its times, checked live after a lock that keeps it from collection. */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		TimestampTz ttl_at;
+		TimestampTz transition_at;
+
+		args[9] = PG_GETARG_DATUM(4);
+		nulls[9] = ' ';
+		simba_session_join(fcinfo, args[9], &caller, &ttl_at, &transition_at);
+		args[3] = TimestampTzGetDatum(ttl_at);
+		args[4] = TimestampTzGetDatum(transition_at);
+	}
 	/*
 	 * Won by the UPDATE, lost if the row exists, won by the INSERT if it does
 	 * not. An INSERT that meets a concurrent first use returns nothing once
@@ -208,11 +251,11 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	 */
 	for (attempt = 0;; attempt++)
 	{
-		if (simba_execute(fcinfo, &acquire_update, args, NULL, 1) == 1)
+		if (simba_execute(fcinfo, &acquire_update, args, nulls, 1) == 1)
 			break;
 		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1)
 			break;
-		if (simba_execute(fcinfo, &acquire_insert, args, NULL, 1) == 1)
+		if (simba_execute(fcinfo, &acquire_insert, args, nulls, 1) == 1)
 			break;
 		if (attempt > 0)
 			elog(ERROR, "simba: mutex row vanished while acquiring");
@@ -225,22 +268,24 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 Datum
 simba_renew_1_4(PG_FUNCTION_ARGS)
 {
-	Datum		args[10];
+	Datum		args[11];
+	char		nulls[12] = "";
 	int64		fence;
 	TupleDesc	tupdesc;
 	Datum		result = (Datum) 0;
 	bool		found;
 
-	lease_args(fcinfo, 3, args);
+	lease_args(fcinfo, 3, args, nulls);
 	fence = simba_int64_arg(fcinfo, 2, "fence");
 	if (fence <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fence must be positive")));
-	args[9] = Int64GetDatum(fence);
+	args[10] = Int64GetDatum(fence);
+	nulls[10] = ' ';
 	tupdesc = owner_tupdesc(fcinfo);
 	SPI_connect();
-	found = simba_execute(fcinfo, &renew_update, args, NULL, 1) == 1 ||
+	found = simba_execute(fcinfo, &renew_update, args, nulls, 1) == 1 ||
 		simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1;
 	if (found)
 		result = returned_owner(tupdesc);

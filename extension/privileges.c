@@ -26,15 +26,18 @@ PG_FUNCTION_INFO_V1(simba_strip_privileges);
 
 /* EXECUTE on these for a granted role: take, hold and check locks and permits. */
 static const char *const granted_functions[] = {
-	"simba_acquire(text, text, interval, interval)",
+	"simba_acquire(text, text, interval, interval, uuid)",
 	"simba_renew(text, text, bigint, interval, interval)",
 	"simba_release(text, text)",
 	"simba_owner(text)",
 	"simba_fence_check(text, text, bigint)",
-	"simba_semaphore_acquire(text, text, integer, interval, text)",
+	"simba_semaphore_acquire(text, text, integer, interval, text, uuid)",
 	"simba_semaphore_refresh(text, uuid, interval)",
 	"simba_semaphore_release(text, uuid)",
 	"simba_semaphore_fence_check(text, uuid, bigint)",
+	"simba_session_open(interval, interval)",
+	"simba_session_keepalive(uuid)",
+	"simba_session_close(uuid)",
 	"simba_clock()",
 };
 
@@ -42,6 +45,7 @@ static const char *const granted_functions[] = {
 static const char *const granted_relations[] = {
 	"simba_mutex_status",
 	"simba_semaphore_status",
+	"simba_session_status",
 	"simba_mutex_stats",
 	"simba_mutex_history",
 };

@@ -16,8 +16,10 @@
  *
  * A permit belongs to its token and to the role that took it (as a mutex
  * tenure does, see mutex.c): another role's refresh, release or fence check
- * with the same token finds no permit, and locks nothing. See simba--1.4.sql
- * for the tables.
+ * with the same token finds no permit, and locks nothing. A permit taken
+ * under a session (session_id) lives as long as the session (session.c): a
+ * refresh then changes nothing and answers whether it is live. See
+ * simba--1.4.sql for the tables.
  */
 #include "simba.h"
 
@@ -54,8 +56,8 @@ static SimbaPlan key_insert = {
 /* The key's expired slots that no other transaction holds, locked, lowest first. $2 = t */
 static SimbaPlan expired_slots = {
 	"SELECT p.slot FROM simba_semaphore_permit AS p"
-	" WHERE p.key = $1 AND NOT " SIMBA_PERMIT_LIVE("$2", "$3")
-	" ORDER BY p.slot FOR UPDATE SKIP LOCKED",
+	" WHERE p.key = $1 AND NOT " SIMBA_PERMIT_LIVE_LOCKING("$2", "$3")
+	" ORDER BY p.slot FOR UPDATE OF p SKIP LOCKED",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -66,13 +68,17 @@ static SimbaPlan slots_count = {
 	1, {TEXTOID}
 };
 
-/* $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at, $7 role, $8 roleid, $9 sysid, $10 origin */
-#define GRANT_ARGS 10, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+/*
+ * $1 key, $2 slot, $3 holder, $4 context, $5 t, $6 expires_at, $7 role, $8 roleid, $9 sysid, $10 origin,
+ * $11 session (NULL: none)
+ */
+#define GRANT_ARGS 11, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, \
+	TIMESTAMPTZOID, UUIDOID}
 #define PERMIT_COLUMNS "key, slot, token, fence, expires_at"
 
 static SimbaPlan slot_take_over = {
 	"UPDATE simba_semaphore_permit"
-	"   SET holder = $3, holder_role = $7, holder_roleid = $8, holder_sysid = $9, context = $4,"
+	"   SET holder = $3, holder_role = $7, holder_roleid = $8, holder_sysid = $9, context = $4, session_id = $11,"
 	"       acquired_at = $5, renewed_at = $5, expires_at = $6, clock_origin = $10,"
 	"       token = pg_catalog.gen_random_uuid(),"
 	"       fence = pg_catalog.nextval('simba_permit_fence')"
@@ -84,8 +90,8 @@ static SimbaPlan slot_take_over = {
 static SimbaPlan slot_insert = {
 	"INSERT INTO simba_semaphore_permit"
 	"       (key, slot, holder, holder_role, holder_roleid, holder_sysid, context, acquired_at, renewed_at,"
-	"        expires_at, clock_origin, token, fence)"
-	" VALUES ($1, $2, $3, $7, $8, $9, $4, $5, $5, $6, $10, pg_catalog.gen_random_uuid(),"
+	"        expires_at, clock_origin, session_id, token, fence)"
+	" VALUES ($1, $2, $3, $7, $8, $9, $4, $5, $5, $6, $10, $11, pg_catalog.gen_random_uuid(),"
 	"         pg_catalog.nextval('simba_permit_fence'))"
 	" RETURNING " PERMIT_COLUMNS,
 	GRANT_ARGS
@@ -103,24 +109,32 @@ static SimbaPlan permit_lock = {
 	5, {CALLER_ARGS}
 };
 
-/* $6 t, $7 expires_at, $8 origin */
+/* $6 t, $7 expires_at, $8 origin; under a session, nothing changes */
 static SimbaPlan permit_refresh = {
-	"UPDATE simba_semaphore_permit AS p SET expires_at = $7, renewed_at = $6, clock_origin = $8"
-	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE("$6", "$8"),
+	"UPDATE simba_semaphore_permit AS p"
+	"   SET expires_at = CASE WHEN p.session_id IS NULL THEN $7 ELSE p.expires_at END,"
+	"       renewed_at = CASE WHEN p.session_id IS NULL THEN $6 ELSE p.renewed_at END,"
+	"       clock_origin = CASE WHEN p.session_id IS NULL THEN $8 ELSE p.clock_origin END"
+	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE_LOCKING("$6", "$8"),
 	8, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* $6 t, $7 origin */
 static SimbaPlan permit_release = {
-	"UPDATE simba_semaphore_permit AS p SET expires_at = $6, renewed_at = $6, clock_origin = $7"
-	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE("$6", "$7"),
+	"UPDATE simba_semaphore_permit AS p SET expires_at = $6, renewed_at = $6, clock_origin = $7, session_id = NULL"
+	" WHERE " CALLERS_PERMIT " AND " SIMBA_PERMIT_LIVE_LOCKING("$6", "$7"),
 	7, {CALLER_ARGS, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* $6 origin; locks the row FOR SHARE: its slot is not granted again until the caller's transaction ends */
+/*
+ * $6 origin; locks the row FOR SHARE: its slot is not granted again until
+ * the caller's transaction ends. The end is the session's under a session
+ * (read in this statement: maybe older than its latest keepalive, never later).
+ */
 static SimbaPlan permit_read = {
-	"SELECT p.fence, " SIMBA_PERMIT_END("$6")
-	"  FROM simba_semaphore_permit AS p WHERE " CALLERS_PERMIT " FOR SHARE",
+	"SELECT p.fence, COALESCE((SELECT " SIMBA_SESSION_END("$6") " FROM simba_session_lease AS s"
+	"                           WHERE s.session_id = p.session_id), " SIMBA_PERMIT_END("$6") ")"
+	"  FROM simba_semaphore_permit AS p WHERE " CALLERS_PERMIT " FOR SHARE OF p",
 	6, {CALLER_ARGS, TIMESTAMPTZOID}
 };
 
@@ -137,7 +151,7 @@ static SimbaPlan gc_lock = {
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_semaphore s WHERE s.key = $1"
 	"   AND NOT EXISTS (SELECT 1 FROM simba_semaphore_permit p"
-	"                    WHERE p.key = $1 AND " SIMBA_PERMIT_LIVE("$2", "$3") ")",
+	"                    WHERE p.key = $1 AND " SIMBA_PERMIT_LIVE_LOCKING("$2", "$3") ")",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -175,7 +189,7 @@ caller_args(Datum *args, text *key, Datum token, const SimbaCaller *caller)
  */
 static Datum
 grant(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum *grant_args, int32 permits, int64 ttl,
-	  bool has_context)
+	  const char *nulls)
 {
 	/* Time after the lock: every earlier grant is visible now. */
 	TimestampTz t = simba_now(fcinfo);
@@ -201,9 +215,11 @@ grant(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum *grant_args, int32 permi
 		plan = &slot_insert;
 	}
 	grant_args[4] = TimestampTzGetDatum(t);
-	grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
+	/* under a session, its end (set by the caller) */
+	if (nulls[10] == 'n')
+		grant_args[5] = TimestampTzGetDatum(simba_add_usec(t, ttl));
 	grant_args[9] = TimestampTzGetDatum(origin);
-	if (simba_execute(fcinfo, plan, grant_args, has_context ? NULL : "   n      ", 1) != 1)
+	if (simba_execute(fcinfo, plan, grant_args, nulls, 1) != 1)
 		elog(ERROR, "simba: permit slot vanished while granting");
 	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
 }
@@ -219,7 +235,8 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	text	   *context = PG_ARGISNULL(4) ? NULL : PG_GETARG_TEXT_PP(4);
 	TupleDesc	tupdesc;
 	Datum		lock_args[2];
-	Datum		grant_args[10];
+	Datum		grant_args[11];
+	char		grant_nulls[12] = "           ";
 	Datum		result = (Datum) 0;
 	MemoryContext cxt;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -248,6 +265,9 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	grant_args[6] = caller.role;
 	grant_args[7] = caller.roleid;
 	grant_args[8] = caller.sysid;
+	grant_args[10] = (Datum) 0;
+	grant_nulls[3] = context != NULL ? ' ' : 'n';
+	grant_nulls[10] = 'n';
 
 	SPI_connect();
 	cxt = CurrentMemoryContext;
@@ -256,10 +276,21 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		/* Under a session: its end, checked live after a lock that keeps it from collection. */
+		if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		{
+			TimestampTz ttl_at;
+			TimestampTz end;
+
+			grant_args[10] = PG_GETARG_DATUM(5);
+			grant_nulls[10] = ' ';
+			simba_session_join(fcinfo, grant_args[10], &caller, &ttl_at, &end);
+			grant_args[5] = TimestampTzGetDatum(end);
+		}
 		/* Lock the key row, creating it on first use (a concurrent creator wins). */
 		while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
 			simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);
-		result = grant(fcinfo, tupdesc, grant_args, permits, ttl, context != NULL);
+		result = grant(fcinfo, tupdesc, grant_args, permits, ttl, grant_nulls);
 		if (result != (Datum) 0)
 			ReleaseCurrentSubTransaction();
 		else

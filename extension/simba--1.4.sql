@@ -4,7 +4,8 @@
 -- sql/upgrade.sql checks).
 --
 -- Design (docs/design.md): one row per mutex in simba_mutex holds the current
--- lease (owner_id and owner_role, acquired_at, ttl_at, transition_at) and two
+-- lease (owner_id and owner_role, acquired_at, ttl_at, transition_at, or the
+-- session_id of the simba_session_lease it lives by) and two
 -- counters: version (+1 on every change) and fence (a new value of
 -- simba_mutex_fence whenever the mutex changes hands, kept on renewal).
 -- Every state change is one call into C that runs a saved plan; times come
@@ -39,10 +40,32 @@ CREATE TABLE @extschema@.simba_mutex (
     owner_role    name,
     owner_roleid  oid,
     owner_sysid   bigint,
-    clock_origin  timestamptz
+    clock_origin  timestamptz,
+    session_id    uuid
 ) WITH (fillfactor = 50);  -- room for HOT updates: every renewal rewrites the row
 COMMENT ON TABLE @extschema@.simba_mutex IS
-  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin. Written only by the simba_* functions; simba_mutex_gc removes rows of free mutexes (fences come from a sequence, never reused).';
+  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin, or the lease of session session_id (simba_session_lease). Written only by the simba_* functions; simba_mutex_gc removes rows of free mutexes (fences come from a sequence, never reused).';
+-- a session's close and collection find its rows
+CREATE INDEX simba_mutex_session ON @extschema@.simba_mutex (session_id) WHERE session_id IS NOT NULL;
+
+-- Sessions (session.c): one lease for every tenure and permit taken under it.
+CREATE TABLE @extschema@.simba_session_lease (
+    session_id    uuid        PRIMARY KEY,
+    owner_role    name        NOT NULL,
+    owner_roleid  oid         NOT NULL,
+    owner_sysid   bigint      NOT NULL,
+    opened_at     timestamptz NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    ttl_at        timestamptz NOT NULL,
+    transition_at timestamptz NOT NULL,
+    ttl           interval    NOT NULL,
+    transition    interval    NOT NULL,
+    clock_origin  timestamptz
+) WITH (fillfactor = 50);  -- every keepalive rewrites the row
+COMMENT ON TABLE @extschema@.simba_session_lease IS
+  'simba: one row per session, of the role owner_roleid of cluster owner_sysid; live until transition_at (on the clock of clock_origin); a keepalive renews it by ttl and transition. Written only by the simba_session_* functions; a row is deleted only once no mutex or permit refers to it.';
+-- A restored session keeps what it holds, its lease counted again in full from the new clock.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_session_lease', '');
 
 CREATE SEQUENCE @extschema@.simba_mutex_fence;
 COMMENT ON SEQUENCE @extschema@.simba_mutex_fence IS
@@ -66,18 +89,65 @@ CREATE TYPE @extschema@.simba_owner AS (
 COMMENT ON TYPE @extschema@.simba_owner IS
   'simba: a mutex''s lease as seen at current_at (server time of the decision); owner_id NULL = free; the holder is owner_id together with owner_role';
 
+CREATE TYPE @extschema@.simba_session AS (
+    session_id    uuid,
+    ttl_at        timestamptz,
+    transition_at timestamptz,
+    current_at    timestamptz
+);
+COMMENT ON TYPE @extschema@.simba_session IS
+  'simba: a session''s lease as seen at current_at: keep it alive before ttl_at; it ends at transition_at';
+
+CREATE FUNCTION @extschema@.simba_session_open(
+    ttl        interval DEFAULT '10 seconds',
+    transition interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_session
+AS 'MODULE_PATHNAME', 'simba_session_open_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_session_open(interval, interval) IS
+  'simba: open a session of the caller''s role: mutexes and permits acquired under it live as long as it does';
+
+CREATE FUNCTION @extschema@.simba_session_keepalive(session_id uuid)
+RETURNS @extschema@.simba_session
+AS 'MODULE_PATHNAME', 'simba_session_keepalive_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_session_keepalive(uuid) IS
+  'simba: renew the caller''s live session by its ttl and transition; SB004 if it has ended, is unknown or another role''s (then nothing it held is held)';
+
+CREATE FUNCTION @extschema@.simba_session_close(session_id uuid)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_session_close_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_session_close(uuid) IS
+  'simba: end the caller''s session, releasing every mutex and permit held under it (NOTIFY simba for each); returns how many it released (0 for an ended or unknown session)';
+
+CREATE FUNCTION @extschema@.simba_session_gc()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_session_gc_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_session_gc() IS
+  'simba: admin only — remove ended sessions (what they held becomes leases that ended with them); returns how many';
+
 CREATE FUNCTION @extschema@.simba_acquire(
     mutex        text,
     contender_id text,
     ttl          interval DEFAULT '10 seconds',
-    transition   interval DEFAULT '6 seconds')
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
-COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval) IS
-  'simba: acquire the mutex when free or past transition_at, renew it when already owner; returns the owner after the attempt';
+COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval, uuid) IS
+  'simba: acquire the mutex when free or past transition_at, renew it when already owner; under a session (session_id), the tenure lives as long as the session and ttl and transition are not used; returns the owner after the attempt';
 
 CREATE FUNCTION @extschema@.simba_renew(
     mutex        text,
@@ -129,33 +199,6 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_clock() IS
   'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
 
--- A lease written under another clock origin (before a reboot, a promotion
--- or a restore) counts again in full from this origin: shift moves its
--- times there. A security barrier: a caller's function in WHERE sees only
--- the rows the view shows.
-CREATE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
-SELECT m.mutex,
-       CASE WHEN l.live THEN m.owner_id END AS owner_id,
-       CASE WHEN NOT l.live THEN 'free'
-            WHEN m.ttl_at + s.shift > c.now THEN 'held'
-            ELSE 'transition' END AS state,
-       m.acquired_at + s.shift AS acquired_at,
-       m.ttl_at + s.shift AS ttl_at,
-       m.transition_at + s.shift AS transition_at,
-       CASE WHEN l.live THEN m.transition_at + s.shift - c.now END AS time_left,
-       m.fence,
-       m.version,
-       CASE WHEN l.live THEN m.owner_role END AS owner_role
-  FROM @extschema@.simba_mutex m
- CROSS JOIN @extschema@.simba_clock() c
- CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
-                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - m.acquired_at))
-                                 ELSE interval '0' END AS shift) s
- CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND m.transition_at + s.shift > c.now AS live) l;
-
-COMMENT ON VIEW @extschema@.simba_mutex_status IS
-  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it';
-
 -- Counting semaphores: one row per key, one per permit slot (semaphore.c).
 CREATE SEQUENCE @extschema@.simba_permit_fence;
 COMMENT ON SEQUENCE @extschema@.simba_permit_fence IS
@@ -182,10 +225,13 @@ CREATE TABLE @extschema@.simba_semaphore_permit (
     holder_sysid  bigint,
     renewed_at    timestamptz NOT NULL,
     clock_origin  timestamptz,
+    session_id    uuid,
     PRIMARY KEY (key, slot)
 ) WITH (fillfactor = 70);  -- refreshes rewrite the row: leave room for HOT updates
 COMMENT ON TABLE @extschema@.simba_semaphore_permit IS
-  'simba: one row per permit slot; live while expires_at > now. Written only by the simba_semaphore_* functions.';
+  'simba: one row per permit slot; live while expires_at > now, or while its session session_id lives. Written only by the simba_semaphore_* functions.';
+CREATE INDEX simba_semaphore_permit_session ON @extschema@.simba_semaphore_permit (session_id)
+    WHERE session_id IS NOT NULL;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_semaphore', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_semaphore_permit', '');
@@ -202,18 +248,19 @@ COMMENT ON TYPE @extschema@.simba_permit IS
   'simba: a granted permit; the token proves it (refresh, release, fence check)';
 
 CREATE FUNCTION @extschema@.simba_semaphore_acquire(
-    key     text,
-    holder  text,
-    permits integer,
-    ttl     interval DEFAULT '10 seconds',
-    context text DEFAULT NULL)
+    key        text,
+    holder     text,
+    permits    integer,
+    ttl        interval DEFAULT '10 seconds',
+    context    text     DEFAULT NULL,
+    session_id uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_permit
 AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
-COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text) IS
-  'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call';
+COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text, uuid) IS
+  'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call; under a session (session_id) it lives as long as the session and ttl is not used';
 
 CREATE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
 RETURNS boolean
@@ -222,7 +269,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
-  'simba: extend a live permit to now + ttl; false once it expired or was taken over';
+  'simba: extend a live permit to now + ttl (under a session: no change); false once it expired or was taken over';
 
 CREATE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
 RETURNS boolean
@@ -250,19 +297,83 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_gc() IS
   'simba: remove the rows of keys that have no live permit; returns how many keys it removed';
 
+-- A lease written under another clock origin (before a reboot, a promotion
+-- or a restore) counts again in full from this origin: shift moves its
+-- times there. A security barrier: a caller's function in WHERE sees only
+-- the rows the view shows.
+CREATE VIEW @extschema@.simba_session_status WITH (security_barrier) AS
+SELECT s.session_id,
+       s.owner_role,
+       CASE WHEN e.transition_at <= c.now THEN 'ended'
+            WHEN e.ttl_at > c.now THEN 'held'
+            ELSE 'transition' END AS state,
+       s.opened_at,
+       s.renewed_at + e.shift AS renewed_at,
+       e.ttl_at,
+       e.transition_at,
+       CASE WHEN e.transition_at > c.now THEN e.transition_at - c.now END AS time_left,
+       (SELECT pg_catalog.count(*) FROM @extschema@.simba_mutex m
+         WHERE m.session_id = s.session_id AND m.owner_id IS NOT NULL) AS mutexes,
+       (SELECT pg_catalog.count(*) FROM @extschema@.simba_semaphore_permit p
+         WHERE p.session_id = s.session_id) AS permits
+  FROM @extschema@.simba_session_lease s
+ CROSS JOIN @extschema@.simba_clock() c
+ CROSS JOIN LATERAL (SELECT CASE WHEN s.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - s.renewed_at))
+                                 ELSE interval '0' END AS shift) sh
+ CROSS JOIN LATERAL (SELECT s.ttl_at + sh.shift AS ttl_at, s.transition_at + sh.shift AS transition_at,
+                            sh.shift) e;
+COMMENT ON VIEW @extschema@.simba_session_status IS
+  'simba: every session now: state held (in ttl), transition (keep it alive now) or ended (until simba_session_gc); the mutexes and permits it holds';
+
+CREATE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
+SELECT m.mutex,
+       CASE WHEN l.live THEN m.owner_id END AS owner_id,
+       CASE WHEN NOT l.live THEN 'free'
+            WHEN e.ttl_at > c.now THEN 'held'
+            ELSE 'transition' END AS state,
+       m.acquired_at + s.shift AS acquired_at,
+       e.ttl_at,
+       e.transition_at,
+       CASE WHEN l.live THEN e.transition_at - c.now END AS time_left,
+       m.fence,
+       m.version,
+       CASE WHEN l.live THEN m.owner_role END AS owner_role,
+       m.session_id
+  FROM @extschema@.simba_mutex m
+ CROSS JOIN @extschema@.simba_clock() c
+ CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - m.acquired_at))
+                                 ELSE interval '0' END AS shift) s
+  LEFT JOIN @extschema@.simba_session_lease ss ON ss.session_id = m.session_id
+ CROSS JOIN LATERAL (SELECT CASE WHEN ss.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - ss.renewed_at))
+                                 ELSE interval '0' END AS shift) sh
+ CROSS JOIN LATERAL (SELECT COALESCE(ss.ttl_at + sh.shift, m.ttl_at + s.shift) AS ttl_at,
+                            COALESCE(ss.transition_at + sh.shift, m.transition_at + s.shift) AS transition_at) e
+ CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND e.transition_at > c.now AS live) l;
+
+COMMENT ON VIEW @extschema@.simba_mutex_status IS
+  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it; times are the session''s for a tenure under a session';
+
 CREATE VIEW @extschema@.simba_semaphore_status WITH (security_barrier) AS
 SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, l.expires_at,
-       l.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role
+       l.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role, p.session_id
   FROM @extschema@.simba_semaphore_permit p
   JOIN @extschema@.simba_semaphore s USING (key)
+  LEFT JOIN @extschema@.simba_session_lease ss ON ss.session_id = p.session_id
  CROSS JOIN @extschema@.simba_clock() c
- CROSS JOIN LATERAL (SELECT CASE WHEN p.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+ CROSS JOIN LATERAL (SELECT CASE WHEN ss.session_id IS NOT NULL
+                                 THEN CASE WHEN ss.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                           THEN c.origin + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', ss.transition_at - ss.renewed_at))
+                                           ELSE ss.transition_at END
+                                 WHEN p.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
                                  THEN c.origin + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', p.expires_at - p.renewed_at))
                                  ELSE p.expires_at END AS expires_at) l
  WHERE l.expires_at > c.now;
 
 COMMENT ON VIEW @extschema@.simba_semaphore_status IS
-  'simba: every live permit now, with the limit of its key (permits)';
+  'simba: every live permit now, with the limit of its key (permits); expires_at is its session''s end under a session';
 
 -- Ownership history, logged while simba.history is on (history.c).
 CREATE TABLE @extschema@.simba_mutex_history (

@@ -18,6 +18,8 @@
 #define ERRCODE_SIMBA_NOT_OWNER     MAKE_SQLSTATE('S', 'B', '0', '0', '1')
 #define ERRCODE_SIMBA_STALE_FENCE   MAKE_SQLSTATE('S', 'B', '0', '0', '2')
 #define ERRCODE_SIMBA_LEASE_EXPIRED MAKE_SQLSTATE('S', 'B', '0', '0', '3')
+/* A session that has ended (closed or past transition_at), is unknown, or is another role's. */
+#define ERRCODE_SIMBA_NO_SESSION    MAKE_SQLSTATE('S', 'B', '0', '0', '4')
 
 /*
  * A statement prepared once per backend and kept. Its text names simba's
@@ -30,7 +32,7 @@ typedef struct SimbaPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[11];
 	SPIPlanPtr	plan;			/* NULL until first use */
 } SimbaPlan;
 
@@ -111,11 +113,55 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 	"(CASE WHEN " SIMBA_FOREIGN(clock_col, origin) \
 	" THEN " origin " + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', " col " - " since "))" \
 	" ELSE " col " END)"
-/* Whether simba_mutex row m or simba_semaphore_permit row p holds a lease at t. */
+/*
+ * Sessions (session.c, docs/design.md "Sessions"): a tenure or permit taken
+ * under a session (session_id not NULL) lives exactly as long as the
+ * session row s; its own times are not used. A session row is deleted only
+ * once no row refers to it (simba_session_close frees them first,
+ * simba_session_gc skips sessions still referred to), so a reference whose
+ * session row is absent from a statement's snapshot is one written after
+ * the snapshot was taken: it counts as live.
+ *
+ * Ended: whether row `id_col`'s session has ended at t. `lock` is
+ * " FOR SHARE" in every statement that writes on that answer (a takeover, a
+ * release, a collection): it locks only the ended session row, so that a
+ * keepalive racing the statement either committed first (the lock follows
+ * it to its new row, which is live) or waits and then finds the session
+ * ended. A live session's row is never locked, so no acquirer can stall
+ * its keepalive.
+ */
+#define SIMBA_SESSION_END(origin) SIMBA_LEASE_END("s.transition_at", "s.renewed_at", "s.clock_origin", origin)
+#define SIMBA_SESSION_ENDED(id_col, t, origin, lock) \
+	"EXISTS (SELECT 1 FROM simba_session_lease AS s WHERE s.session_id = " id_col \
+	" AND " SIMBA_SESSION_END(origin) " <= " t lock ")"
+#define SIMBA_LIVE_UNDER(own_end, id_col, t, origin, lock) \
+	"(CASE WHEN " id_col " IS NULL THEN " own_end " > " t \
+	" ELSE NOT " SIMBA_SESSION_ENDED(id_col, t, origin, lock) " END)"
+
+/*
+ * Whether simba_mutex row m or simba_semaphore_permit row p holds a lease at
+ * t; the _LOCKING forms for statements that write on the answer (above).
+ * *_END is the row's own end of lease (not its session's).
+ */
 #define SIMBA_MUTEX_END(origin) SIMBA_LEASE_END("m.transition_at", "m.acquired_at", "m.clock_origin", origin)
-#define SIMBA_MUTEX_LIVE(t, origin) "(m.owner_id IS NOT NULL AND " SIMBA_MUTEX_END(origin) " > " t ")"
+#define SIMBA_MUTEX_LIVE_AS(t, origin, lock) \
+	"(m.owner_id IS NOT NULL AND " SIMBA_LIVE_UNDER(SIMBA_MUTEX_END(origin), "m.session_id", t, origin, lock) ")"
+#define SIMBA_MUTEX_LIVE(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, "")
+#define SIMBA_MUTEX_LIVE_LOCKING(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, " FOR SHARE")
 #define SIMBA_PERMIT_END(origin) SIMBA_LEASE_END("p.expires_at", "p.renewed_at", "p.clock_origin", origin)
-#define SIMBA_PERMIT_LIVE(t, origin) "(" SIMBA_PERMIT_END(origin) " > " t ")"
+#define SIMBA_PERMIT_LIVE(t, origin) SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "")
+#define SIMBA_PERMIT_LIVE_LOCKING(t, origin) \
+	SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, " FOR SHARE")
+
+/*
+ * Inside SPI, for an acquire under a session: locks the caller's session
+ * row against collection (FOR KEY SHARE: a keepalive still runs), then
+ * checks at simba's clock read after that lock that it is live; raises
+ * SB004 otherwise. Sets *ttl_at and *transition_at to the session's
+ * (shown as the tenure's or permit's own, which its liveness ignores).
+ */
+extern void simba_session_join(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *caller,
+							   TimestampTz *ttl_at, TimestampTz *transition_at);
 
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
 extern void simba_check_chars(text *t, const char *what, int max_chars);

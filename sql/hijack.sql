@@ -84,7 +84,7 @@ SELECT simba_home.simba_semaphore_gc();
 -- grants name the schema as it is called now
 SELECT simba_home.simba_grant('regress_simba_mallory');
 SELECT has_function_privilege('regress_simba_mallory',
-                              'simba_home.simba_acquire(text, text, interval, interval)', 'EXECUTE') AS granted;
+                              'simba_home.simba_acquire(text, text, interval, interval, uuid)', 'EXECUTE') AS granted;
 SELECT simba_home.simba_revoke('regress_simba_mallory');
 
 -- nobody was promoted, the look-alikes saw nothing, simba's rows are right

@@ -175,9 +175,9 @@ SELECT has_table_privilege('regress_simba_app', 'public.simba_mutex', 'UPDATE') 
        has_function_privilege('regress_simba_app', 'simba_force_release(text)', 'EXECUTE') AS can_force,
        has_table_privilege('regress_simba_app', 'simba_mutex_status', 'INSERT') AS can_insert_status,
        has_table_privilege('regress_simba_app', 'simba_mutex_status', 'SELECT') AS can_read_status,
-       has_function_privilege('regress_simba_app', 'simba_acquire(text, text, interval, interval)', 'EXECUTE') AS can_acquire;
+       has_function_privilege('regress_simba_app', 'simba_acquire(text, text, interval, interval, uuid)', 'EXECUTE') AS can_acquire;
 SELECT has_table_privilege('regress_simba_other', 'simba_mutex_status', 'SELECT') AS other_reads_status,
-       has_function_privilege('regress_simba_other', 'simba_acquire(text, text, interval, interval)', 'EXECUTE') AS other_acquires;
+       has_function_privilege('regress_simba_other', 'simba_acquire(text, text, interval, interval, uuid)', 'EXECUTE') AS other_acquires;
 ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM regress_simba_app;
 ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM regress_simba_app;
 ALTER DEFAULT PRIVILEGES REVOKE ALL ON FUNCTIONS FROM regress_simba_app;

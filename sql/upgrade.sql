@@ -100,7 +100,7 @@ SELECT count(*) AS nobody_holds
        aclexplode(o.acl) a
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'simba') AND d.deptype = 'e'
    AND a.grantee = 'regress_upgrade_nobody'::regrole;
-SELECT has_function_privilege('regress_upgrade_app', 'simba_semaphore_acquire(text, text, integer, interval, text)', 'EXECUTE') AS app_semaphore,
+SELECT has_function_privilege('regress_upgrade_app', 'simba_semaphore_acquire(text, text, integer, interval, text, uuid)', 'EXECUTE') AS app_semaphore,
        has_function_privilege('regress_upgrade_app', 'simba_clock()', 'EXECUTE') AS app_clock,
        has_table_privilege('regress_upgrade_app', 'simba_semaphore_status', 'SELECT') AS app_permits_view,
        has_table_privilege('regress_upgrade_app', 'simba_mutex_history', 'SELECT') AS app_history,

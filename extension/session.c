@@ -1,0 +1,343 @@
+/*
+ * session.c — sessions (1.4): one lease that keeps every tenure and permit
+ * taken under it alive, so a process renews once per period whatever it
+ * holds, and a dead process loses all of it together (docs/design.md,
+ * "Sessions").
+ *
+ * A session row carries the lease (renewed_at, ttl_at, transition_at on
+ * simba's clock, counted again in full from a new clock origin as a mutex
+ * lease is) and the lengths a keepalive renews it by. It belongs to the role
+ * that opened it, as a tenure does (mutex.c). Rows under it refer to it by
+ * session_id; simba.h says how their liveness is read and which statements
+ * lock an ended session row.
+ *
+ * Races, each decided by a row lock and simba's clock read after it:
+ * - keepalive vs a takeover of one of its mutexes or permits: the keepalive
+ *   locks the row FOR NO KEY UPDATE, then reads the clock; a takeover locks
+ *   the row FOR SHARE only once it has ended. Whichever locks first decides:
+ *   a keepalive that waited finds the session ended (the takeover's clock
+ *   was past its end, and the keepalive's is later); a takeover that waited
+ *   finds the renewed row live.
+ * - acquire under a session vs collection: the acquire locks the session
+ *   FOR KEY SHARE (a keepalive still runs) before checking it is live, and
+ *   collection locks only ended sessions FOR UPDATE SKIP LOCKED, then
+ *   detaches every row that refers to them before deleting them. A session
+ *   row is never deleted while a row refers to it.
+ */
+#include "simba.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/uuid.h"
+
+PG_FUNCTION_INFO_V1(simba_session_open_1_4);
+PG_FUNCTION_INFO_V1(simba_session_keepalive_1_4);
+PG_FUNCTION_INFO_V1(simba_session_close_1_4);
+PG_FUNCTION_INFO_V1(simba_session_gc_1_4);
+
+/* The caller's session: $1 id, $2 role, $3 roleid, $4 sysid; $5 origin. */
+#define CALLERS_SESSION \
+	"s.session_id = $1 AND " \
+	SIMBA_SAME_ROLE("s.owner_role", "s.owner_roleid", "s.owner_sysid", "$2", "$3", "$4")
+#define CALLER_ARGS UUIDOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID
+/* end of session, end of ttl, as this clock counts them */
+#define SESSION_TIMES \
+	SIMBA_SESSION_END("$5") ", " SIMBA_LEASE_END("s.ttl_at", "s.renewed_at", "s.clock_origin", "$5")
+
+/* $1 role, $2 roleid, $3 sysid, $4 t, $5 ttl_at, $6 transition_at, $7 ttl, $8 transition, $9 origin */
+static SimbaPlan session_insert = {
+	"INSERT INTO simba_session_lease"
+	"       (session_id, owner_role, owner_roleid, owner_sysid, opened_at, renewed_at, ttl_at, transition_at,"
+	"        ttl, transition, clock_origin)"
+	" VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4, $4, $5, $6, $7, $8, $9)"
+	" RETURNING session_id, ttl_at, transition_at, $4",
+	9, {NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID, INTERVALOID,
+	TIMESTAMPTZOID}
+};
+
+/* Keepalive: the row locked against takeovers' FOR SHARE, then its lengths. */
+static SimbaPlan keepalive_lock = {
+	"SELECT " SESSION_TIMES ", s.ttl, s.transition FROM simba_session_lease AS s"
+	" WHERE " CALLERS_SESSION " FOR NO KEY UPDATE",
+	5, {CALLER_ARGS}
+};
+
+/* $1 id, $2 t, $3 ttl_at, $4 transition_at, $5 origin */
+static SimbaPlan keepalive_update = {
+	"UPDATE simba_session_lease SET renewed_at = $2, ttl_at = $3, transition_at = $4, clock_origin = $5"
+	" WHERE session_id = $1"
+	" RETURNING session_id, ttl_at, transition_at, $2",
+	5, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* Acquire under a session: kept from collection, not from keepalives. */
+static SimbaPlan join_lock = {
+	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " CALLERS_SESSION " FOR KEY SHARE",
+	5, {CALLER_ARGS}
+};
+
+static SimbaPlan close_lock = {
+	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " CALLERS_SESSION " FOR UPDATE",
+	5, {CALLER_ARGS}
+};
+
+/* A live session's close releases what it holds, as simba_release would ($1 id, $2 t, $3 origin). */
+static SimbaPlan close_mutexes = {
+	"UPDATE simba_mutex AS m"
+	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
+	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
+	" WHERE m.session_id = $1 AND m.owner_id IS NOT NULL"
+	" RETURNING m.mutex",
+	1, {UUIDOID}
+};
+
+static SimbaPlan close_permits = {
+	"UPDATE simba_semaphore_permit AS p SET expires_at = $2, renewed_at = $2, clock_origin = $3, session_id = NULL"
+	" WHERE p.session_id = $1"
+	" RETURNING p.key",
+	3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * An ended session's rows become ordinary leases that ended with it (the
+ * same holder and fence: not a change of hands), so it can be deleted. $1 ids.
+ */
+static SimbaPlan detach_mutexes = {
+	"UPDATE simba_mutex AS m"
+	"   SET session_id = NULL, acquired_at = s.renewed_at, ttl_at = s.ttl_at, transition_at = s.transition_at,"
+	"       clock_origin = s.clock_origin"
+	"  FROM simba_session_lease AS s WHERE s.session_id = ANY ($1) AND m.session_id = s.session_id",
+	1, {UUIDARRAYOID}
+};
+
+static SimbaPlan detach_permits = {
+	"UPDATE simba_semaphore_permit AS p"
+	"   SET session_id = NULL, renewed_at = s.renewed_at, expires_at = s.transition_at, clock_origin = s.clock_origin"
+	"  FROM simba_session_lease AS s WHERE s.session_id = ANY ($1) AND p.session_id = s.session_id",
+	1, {UUIDARRAYOID}
+};
+
+static SimbaPlan session_delete = {
+	"DELETE FROM simba_session_lease WHERE session_id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/* Ended sessions nobody is acquiring under or closing; $1 t, $2 origin. */
+static SimbaPlan gc_lock = {
+	"SELECT pg_catalog.array_agg(l.session_id) FROM"
+	" (SELECT s.session_id FROM simba_session_lease AS s WHERE " SIMBA_SESSION_END("$2") " <= $1"
+	"  FOR UPDATE SKIP LOCKED) AS l",
+	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static Datum
+session_id_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("session_id must not be null")));
+	return PG_GETARG_DATUM(argno);
+}
+
+static char *
+session_name(Datum session_id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, session_id));
+}
+
+/* $1..$5 of the plans on the caller's session */
+static void
+caller_args(FunctionCallInfo fcinfo, Datum *args, Datum session_id, const SimbaCaller *caller)
+{
+	args[0] = session_id;
+	args[1] = caller->role;
+	args[2] = caller->roleid;
+	args[3] = caller->sysid;
+	args[4] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
+}
+
+static TimestampTz
+column_time(int col)
+{
+	bool		isnull;
+
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull));
+}
+
+static void
+no_session(Datum session_id, bool found, TimestampTz end)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_SIMBA_NO_SESSION),
+			 found ? errmsg("session %s has ended", session_name(session_id))
+			 : errmsg("session %s does not exist", session_name(session_id)),
+			 found ? errdetail("It ended at %s; nothing it held is held any more.", timestamptz_to_str(end))
+			 : errdetail("It was closed, collected after it ended, never opened, or belongs to another role."),
+			 errhint("Open a new session; what it acquires gets new fences.")));
+}
+
+/* The session row a keepalive or acquire returned, as a simba_session datum. */
+static Datum
+returned_session(FunctionCallInfo fcinfo)
+{
+	TupleDesc	tupdesc;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "simba: return type must be simba_session");
+	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], BlessTupleDesc(tupdesc)));
+}
+
+void
+simba_session_join(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *caller,
+				   TimestampTz *ttl_at, TimestampTz *transition_at)
+{
+	Datum		args[5];
+	bool		found;
+	TimestampTz end = 0;
+
+	caller_args(fcinfo, args, session_id, caller);
+	found = simba_execute(fcinfo, &join_lock, args, NULL, 1) == 1;
+	if (found)
+	{
+		end = column_time(1);
+		*ttl_at = column_time(2);
+		*transition_at = end;
+	}
+	/* The clock after the lock: the session must be live now. */
+	if (!found || end <= simba_now(fcinfo))
+		no_session(session_id, found, end);
+}
+
+Datum
+simba_session_open_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	int64		ttl = simba_duration_arg(fcinfo, 0, "ttl", false);
+	int64		transition = simba_duration_arg(fcinfo, 1, "transition", true);
+	TimestampTz t = simba_now(fcinfo);
+	TimestampTz ttl_at;
+	Datum		result;
+
+	simba_check_lease(ttl, transition);
+	ttl_at = simba_add_usec(t, ttl);
+	SPI_connect();
+	simba_execute(fcinfo, &session_insert,
+				  (Datum[]) {caller.role, caller.roleid, caller.sysid, TimestampTzGetDatum(t),
+		TimestampTzGetDatum(ttl_at), TimestampTzGetDatum(simba_add_usec(ttl_at, transition)),
+		PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1);
+	result = returned_session(fcinfo);
+	SPI_finish();
+	PG_RETURN_DATUM(result);
+}
+
+Datum
+simba_session_keepalive_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	Datum		session_id = session_id_arg(fcinfo, 0);
+	Datum		args[5];
+	bool		found;
+	bool		isnull;
+	TimestampTz end = 0;
+	TimestampTz t;
+	TimestampTz ttl_at;
+	Datum		result;
+
+	caller_args(fcinfo, args, session_id, &caller);
+	SPI_connect();
+	found = simba_execute(fcinfo, &keepalive_lock, args, NULL, 1) == 1;
+	t = simba_now(fcinfo);
+	if (found)
+		end = column_time(1);
+	if (!found || end <= t)
+		no_session(session_id, found, end);
+	ttl_at = simba_add_usec(t, DatumGetIntervalP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+															   3, &isnull))->time);
+	end = simba_add_usec(ttl_at, DatumGetIntervalP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+																 4, &isnull))->time);
+	simba_execute(fcinfo, &keepalive_update,
+				  (Datum[]) {session_id, TimestampTzGetDatum(t), TimestampTzGetDatum(ttl_at), TimestampTzGetDatum(end),
+		args[4]}, NULL, 1);
+	result = returned_session(fcinfo);
+	SPI_finish();
+	PG_RETURN_DATUM(result);
+}
+
+/* Detach the rows of these ended, locked sessions and delete them. */
+static void
+collect(FunctionCallInfo fcinfo, Datum ids)
+{
+	simba_execute(fcinfo, &detach_mutexes, &ids, NULL, 0);
+	simba_execute(fcinfo, &detach_permits, &ids, NULL, 0);
+	simba_execute(fcinfo, &session_delete, &ids, NULL, 0);
+}
+
+Datum
+simba_session_close_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	Datum		session_id = session_id_arg(fcinfo, 0);
+	Datum		args[5];
+	List	   *woken = NIL;
+	int64		released = 0;
+	TimestampTz t;
+	ListCell   *lc;
+
+	caller_args(fcinfo, args, session_id, &caller);
+	SPI_connect();
+	/* Unknown or another role's: nothing to close (as simba_release returns false). */
+	if (simba_execute(fcinfo, &close_lock, args, NULL, 1) == 1)
+	{
+		t = simba_now(fcinfo);
+		if (column_time(1) <= t)
+			collect(fcinfo, PointerGetDatum(construct_array(&session_id, 1, UUIDOID, UUID_LEN, false,
+															TYPALIGN_CHAR)));
+		else
+		{
+			uint64		i;
+			uint64		n = simba_execute(fcinfo, &close_mutexes, &session_id, NULL, 0);
+
+			for (i = 0; i < n; i++)
+				woken = lappend(woken, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+			released = (int64) n;
+			n = simba_execute(fcinfo, &close_permits,
+							  (Datum[]) {session_id, TimestampTzGetDatum(t), args[4]}, NULL, 0);
+			for (i = 0; i < n; i++)
+				woken = lappend(woken, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+			released += (int64) n;
+			simba_execute(fcinfo, &session_delete,
+						  (Datum[]) {PointerGetDatum(construct_array(&session_id, 1, UUIDOID, UUID_LEN, false,
+																	 TYPALIGN_CHAR))}, NULL, 0);
+		}
+	}
+	/* Wake the waiters of each mutex and key (delivered at commit; repeats fold into one). */
+	foreach(lc, woken)
+		Async_Notify("simba", (char *) lfirst(lc));
+	SPI_finish();
+	PG_RETURN_INT64(released);
+}
+
+Datum
+simba_session_gc_1_4(PG_FUNCTION_ARGS)
+{
+	Datum		ids;
+	bool		isnull;
+	int64		removed = 0;
+
+	simba_enter(fcinfo, true);
+	SPI_connect();
+	simba_execute(fcinfo, &gc_lock,
+				  (Datum[]) {TimestampTzGetDatum(simba_now(fcinfo)), TimestampTzGetDatum(simba_clock_origin(fcinfo))},
+				  NULL, 1);
+	ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+	{
+		collect(fcinfo, ids);
+		removed = (int64) SPI_processed;
+	}
+	SPI_finish();
+	PG_RETURN_INT64(removed);
+}
