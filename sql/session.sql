@@ -95,6 +95,12 @@ SELECT session_id AS sid2 FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id, fence FROM simba_acquire('c1', 'a', session_id => :'sid2');
 SELECT owner_id, fence FROM simba_acquire('c2', 'a', session_id => :'sid2');
 SELECT slot FROM simba_semaphore_acquire('ck', 'a', 2, session_id => :'sid2');
+-- one item of a live session is released on its own, the session goes on
+SELECT owner_id FROM simba_acquire('c3', 'a', session_id => :'sid2');
+SELECT simba_release('c3', 'a') AS released_one;
+SELECT token AS ck2_token FROM simba_semaphore_acquire('ck2', 'a', 1, session_id => :'sid2') \gset
+SELECT simba_semaphore_release('ck2', :'ck2_token') AS released_permit;
+SELECT state, mutexes, permits FROM simba_session_status WHERE session_id = :'sid2';
 SELECT simba_session_close(:'sid2') AS released;
 SELECT simba_session_close(:'sid2') AS released_again;
 \set VERBOSITY sqlstate
@@ -102,6 +108,7 @@ SELECT simba_session_keepalive(:'sid2');
 \set VERBOSITY terse
 RESET ROLE;
 SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex LIKE 'c%' ORDER BY mutex;
+SELECT count(*) AS ck2_permits FROM simba_semaphore_status WHERE key = 'ck2';
 SELECT count(*) AS ck_permits FROM simba_semaphore_status WHERE key = 'ck';
 SELECT count(*) AS sessions FROM simba_session_lease WHERE session_id = :'sid2';
 -- a session's tenures are in the history like any other: closing is a release

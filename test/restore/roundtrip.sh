@@ -66,6 +66,10 @@ SQL
 # a rolled-back fence: issued, never committed, must not come back either
 q -d $src -c "BEGIN" -c "SET ROLE $app" -c "SELECT fence FROM simba_acquire('rolled-back', 'w1')" -c "ROLLBACK" >/dev/null
 token=$(q -d $src -c "SET ROLE $app" -c "SELECT token FROM simba_semaphore_acquire('pool', 'w1', 5, '1h')")
+# a session of the granted role holding a mutex and a permit
+session=$(q -d $src -c "SET ROLE $app" -c "SELECT session_id FROM simba_session_open('1h', '0s')")
+q -d $src -c "SET ROLE $app" -c "SELECT owner_id FROM simba_acquire('in-session', 'w1', session_id => '$session')" \
+  -c "SELECT slot FROM simba_semaphore_acquire('session-pool', 'w1', 1, session_id => '$session')" >/dev/null
 
 describe() { # db -> the state that must survive, one line per row
   q -d "$1" <<'SQL'
@@ -73,8 +77,11 @@ SELECT 'mutex', mutex, coalesce(owner_id, '-'), coalesce(owner_role::text, '-'),
        coalesce(transition_at::text, '-') FROM simba_mutex ORDER BY mutex;
 SELECT 'history', id, mutex, event, coalesce(owner_id, '-'), coalesce(owner_role::text, '-'), fence
   FROM simba_mutex_history ORDER BY id;
-SELECT 'permit', key, slot, holder, coalesce(holder_role::text, '-'), token, fence, expires_at
+SELECT 'permit', key, slot, holder, coalesce(holder_role::text, '-'), token, fence, expires_at,
+       coalesce(session_id::text, '-')
   FROM simba_semaphore_permit ORDER BY key, slot;
+SELECT 'session', session_id, owner_role, ttl_at, transition_at, ttl, transition FROM simba_session_lease ORDER BY 2;
+SELECT 'under-session', mutex, session_id FROM simba_mutex WHERE session_id IS NOT NULL ORDER BY mutex;
 SQL
 }
 describe $src >"$work/src.state"
@@ -107,6 +114,15 @@ verify() { # label db
     "$(q -d "$db" -c "SET ROLE $app" -c "SELECT simba_semaphore_refresh('pool', '$token', '1h')")"
   check "$label: a new permit's fence is above the source's" "t" \
     "$(q -d "$db" -c "SET ROLE $app" -c "SELECT fence > $max_permit_fence FROM simba_semaphore_acquire('pool', 'w3', 5, '1h')")"
+  check "$label: the session's mutex and permit are still held under it" "w1 1" \
+    "$(q -d "$db" -F ' ' -c "SELECT owner_id, (SELECT count(*) FROM simba_semaphore_status WHERE key = 'session-pool')
+                              FROM simba_owner('in-session')")"
+  check "$label: another role can neither take the session's mutex nor keep the session alive" "w1 SB004" \
+    "$(q -d "$db" -F ' ' -c "SET ROLE $other" -c "SELECT owner_id FROM simba_acquire('in-session', 'w2', '1h', '1h')" |
+       tr '\n' ' '; q -d "$db" -c "SET ROLE $other" -c "\\set VERBOSITY sqlstate" \
+       -c "SELECT simba_session_keepalive('$session')" 2>&1 | sed 's/.*ERROR: *//')"
+  check "$label: its role keeps the restored session alive" "t" \
+    "$(q -d "$db" -c "SET ROLE $app" -c "SELECT transition_at > current_at FROM simba_session_keepalive('$session')")"
 }
 
 restore() { # label command... : runs a restore step, fails the check on any error output
