@@ -266,6 +266,13 @@ simba_session_keepalive_1_4(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(result);
 }
 
+/* A uuid[] of one id, for the plans that take several. */
+static Datum
+one_id(Datum session_id)
+{
+	return PointerGetDatum(construct_array(&session_id, 1, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
 /* Detach the rows of these ended, locked sessions and delete them. */
 static void
 collect(FunctionCallInfo fcinfo, Datum ids)
@@ -293,8 +300,7 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 	{
 		t = simba_now(fcinfo);
 		if (column_time(1) <= t)
-			collect(fcinfo, PointerGetDatum(construct_array(&session_id, 1, UUIDOID, UUID_LEN, false,
-															TYPALIGN_CHAR)));
+			collect(fcinfo, one_id(session_id));
 		else
 		{
 			uint64		i;
@@ -308,9 +314,7 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 			for (i = 0; i < n; i++)
 				woken = lappend(woken, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
 			released += (int64) n;
-			simba_execute(fcinfo, &session_delete,
-						  (Datum[]) {PointerGetDatum(construct_array(&session_id, 1, UUIDOID, UUID_LEN, false,
-																	 TYPALIGN_CHAR))}, NULL, 0);
+			simba_execute(fcinfo, &session_delete, (Datum[]) {one_id(session_id)}, NULL, 0);
 		}
 	}
 	/* Wake the waiters of each mutex and key (delivered at commit; repeats fold into one). */
