@@ -4,6 +4,7 @@
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
+#   make bench-scale      benchmark 7: a million locks under sessions, against etcd (about 10 minutes)
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
 #   make ha               failover faults on three-node Patroni (30 min) and pg_auto_failover (10 min) clusters (test/ha)
@@ -13,13 +14,16 @@ PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench chaos valgrind tsan deb ha
+.PHONY: test deps demo psql bench bench-scale chaos valgrind tsan deb ha
 test:
 	@test/run-tests.sh
 demo:
 	@test/demo.sh
 bench:
 	@bench/run.sh
+
+bench-scale:
+	@bench/sessions.sh
 chaos:
 	@test/chaos/long.sh
 valgrind:
