@@ -103,6 +103,12 @@ SELECT simba_release('c3', 'a') AS released_one;
 SELECT token AS ck2_token FROM simba_semaphore_acquire('ck2', 'a', 1, session_id => :'sid2') \gset
 SELECT simba_semaphore_release('ck2', :'ck2_token') AS released_permit;
 SELECT state, mutexes, permits FROM simba_session_status WHERE session_id = :'sid2';
+-- collecting free rows leaves a live session's alone
+RESET ROLE;
+SELECT simba_mutex_gc() >= 0 AS mutex_gc, simba_semaphore_gc() >= 0 AS semaphore_gc;
+SELECT count(*) AS c_rows FROM simba_mutex WHERE mutex IN ('c1', 'c2') AND session_id = :'sid2';
+SELECT count(*) AS ck_live FROM simba_semaphore_status WHERE key = 'ck';
+SET ROLE regress_simba_sa;
 SELECT simba_session_close(:'sid2') AS released;
 SELECT simba_session_close(:'sid2') AS released_again;
 \set VERBOSITY sqlstate
