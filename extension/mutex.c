@@ -230,17 +230,13 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	Datum		result;
 	int			attempt;
+	TimestampTz ttl_at;
+	TimestampTz transition_at;
 
 	SPI_connect();
-	/* Under a session: its times, checked live after a lock that keeps it from collection. */
-	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	/* Under a session: its times. */
+	if (simba_session_join(fcinfo, 4, &caller, &args[9], &nulls[9], &ttl_at, &transition_at))
 	{
-		TimestampTz ttl_at;
-		TimestampTz transition_at;
-
-		args[9] = PG_GETARG_DATUM(4);
-		nulls[9] = ' ';
-		simba_session_join(fcinfo, args[9], &caller, &ttl_at, &transition_at);
 		args[3] = TimestampTzGetDatum(ttl_at);
 		args[4] = TimestampTzGetDatum(transition_at);
 	}

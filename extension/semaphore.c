@@ -240,6 +240,8 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	MemoryContext cxt;
 	ResourceOwner owner = CurrentResourceOwner;
+	TimestampTz ttl_at;
+	TimestampTz end;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -276,17 +278,9 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		/* Under a session: its end, checked live after a lock that keeps it from collection. */
-		if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
-		{
-			TimestampTz ttl_at;
-			TimestampTz end;
-
-			grant_args[10] = PG_GETARG_DATUM(5);
-			grant_nulls[10] = ' ';
-			simba_session_join(fcinfo, grant_args[10], &caller, &ttl_at, &end);
+		/* Under a session: its end. */
+		if (simba_session_join(fcinfo, 5, &caller, &grant_args[10], &grant_nulls[10], &ttl_at, &end))
 			grant_args[5] = TimestampTzGetDatum(end);
-		}
 		/* Lock the key row, creating it on first use (a concurrent creator wins). */
 		while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
 			simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);

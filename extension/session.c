@@ -190,15 +190,19 @@ returned_session(FunctionCallInfo fcinfo)
 	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], BlessTupleDesc(tupdesc)));
 }
 
-void
-simba_session_join(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *caller,
-				   TimestampTz *ttl_at, TimestampTz *transition_at)
+bool
+simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
+				   Datum *session_id, char *null, TimestampTz *ttl_at, TimestampTz *transition_at)
 {
 	Datum		args[5];
 	bool		found;
 	TimestampTz end = 0;
 
-	caller_args(fcinfo, args, session_id, caller);
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	*session_id = PG_GETARG_DATUM(argno);
+	*null = ' ';
+	caller_args(fcinfo, args, *session_id, caller);
 	found = simba_execute(fcinfo, &join_lock, args, NULL, 1) == 1;
 	if (found)
 	{
@@ -208,7 +212,8 @@ simba_session_join(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller 
 	}
 	/* The clock after the lock: the session must be live now. */
 	if (!found || end <= simba_now(fcinfo))
-		no_session(session_id, found, end);
+		no_session(*session_id, found, end);
+	return true;
 }
 
 Datum

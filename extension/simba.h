@@ -154,14 +154,16 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 	SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, " FOR SHARE")
 
 /*
- * Inside SPI, for an acquire under a session: locks the caller's session
- * row against collection (FOR KEY SHARE: a keepalive still runs), then
- * checks at simba's clock read after that lock that it is live; raises
- * SB004 otherwise. Sets *ttl_at and *transition_at to the session's
- * (shown as the tenure's or permit's own, which its liveness ignores).
+ * Inside SPI, for an acquire whose argument `argno` (session_id) may name a
+ * session: false if it is absent or NULL. Otherwise locks the caller's
+ * session row against collection (FOR KEY SHARE: a keepalive still runs),
+ * checks at simba's clock read after that lock that it is live (SB004
+ * if not), and sets *session_id (and its *null flag for SPI) and the
+ * session's *ttl_at and *transition_at (shown as the tenure's or permit's
+ * own times, which its liveness ignores).
  */
-extern void simba_session_join(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *caller,
-							   TimestampTz *ttl_at, TimestampTz *transition_at);
+extern bool simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
+							   Datum *session_id, char *null, TimestampTz *ttl_at, TimestampTz *transition_at);
 
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
 extern void simba_check_chars(text *t, const char *what, int max_chars);
