@@ -103,14 +103,9 @@ static SimbaPlan acquire_insert = {
 	ACQUIRE_ARGS
 };
 
-/*
- * A time of row m's lease as this clock counts it: the session's `session`
- * under a session, else the row's own `own` (since its acquired_at).
- */
-#define TENURE_TIME(own, session, origin) \
-	"COALESCE((SELECT " SIMBA_LEASE_END("s." session, "s.renewed_at", "s.clock_origin", origin) \
-	"            FROM simba_session_lease AS s WHERE s.session_id = m.session_id), " \
-	SIMBA_LEASE_END("m." own, "m.acquired_at", "m.clock_origin", origin) ")"
+/* A time of row m's lease as this clock counts it: its session's, or its own (since acquired_at). */
+#define TENURE_TIME(col, origin) \
+	SIMBA_SESSION_TIME_OR("m.session_id", #col, origin, SIMBA_LEASE_END("m." #col, "m.acquired_at", "m.clock_origin", origin))
 
 /*
  * The row as it stands, owner NULL once the lease has ended. A lease of
@@ -119,8 +114,8 @@ static SimbaPlan acquire_insert = {
 static SimbaPlan owner_select = {
 	"SELECT m.mutex, CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_id END,"
 	"       " SIMBA_LEASE_END("m.acquired_at", "m.acquired_at", "m.clock_origin", "$3") ","
-	"       " TENURE_TIME("ttl_at", "ttl_at", "$3") ","
-	"       " TENURE_TIME("transition_at", "transition_at", "$3") ", m.version, m.fence, $2,"
+	"       " TENURE_TIME(ttl_at, "$3") ","
+	"       " TENURE_TIME(transition_at, "$3") ", m.version, m.fence, $2,"
 	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -144,7 +139,7 @@ static SimbaPlan release_update = {
  * this statement may be older than its latest keepalive, never later.
  */
 static SimbaPlan fence_lock = {
-	"SELECT m.owner_id, m.fence, " TENURE_TIME("transition_at", "transition_at", "$5") ", m.owner_role,"
+	"SELECT m.owner_id, m.fence, " TENURE_TIME(transition_at, "$5") ", m.owner_role,"
 	"       COALESCE(" SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$2", "$3", "$4") ", false)"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR SHARE",
 	5, {TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}

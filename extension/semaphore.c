@@ -132,8 +132,7 @@ static SimbaPlan permit_release = {
  * (read in this statement: maybe older than its latest keepalive, never later).
  */
 static SimbaPlan permit_read = {
-	"SELECT p.fence, COALESCE((SELECT " SIMBA_SESSION_END("$6") " FROM simba_session_lease AS s"
-	"                           WHERE s.session_id = p.session_id), " SIMBA_PERMIT_END("$6") ")"
+	"SELECT p.fence, " SIMBA_SESSION_TIME_OR("p.session_id", "transition_at", "$6", SIMBA_PERMIT_END("$6"))
 	"  FROM simba_semaphore_permit AS p WHERE " CALLERS_PERMIT " FOR SHARE OF p",
 	6, {CALLER_ARGS, TIMESTAMPTZOID}
 };

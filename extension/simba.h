@@ -134,6 +134,13 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 #define SIMBA_SESSION_ENDED(id_col, t, origin, lock) \
 	"EXISTS (SELECT 1 FROM simba_session_lease AS s WHERE s.session_id = " id_col \
 	" AND " SIMBA_SESSION_END(origin) " <= " t lock ")"
+/*
+ * A time of a row that may be under a session, as this clock counts it: its
+ * session's `session_col` when `id_col` names a session row, else `own`.
+ */
+#define SIMBA_SESSION_TIME_OR(id_col, session_col, origin, own) \
+	"COALESCE((SELECT " SIMBA_LEASE_END("s." session_col, "s.renewed_at", "s.clock_origin", origin) \
+	" FROM simba_session_lease AS s WHERE s.session_id = " id_col "), " own ")"
 #define SIMBA_LIVE_UNDER(own_end, id_col, t, origin, lock) \
 	"(CASE WHEN " id_col " IS NULL THEN " own_end " > " t \
 	" ELSE NOT " SIMBA_SESSION_ENDED(id_col, t, origin, lock) " END)"
