@@ -57,12 +57,24 @@ bool permanent_sqlstate(const std::string& s) {
            s == "3D000" || s == "28000" || s == "28P01";
 }
 
+/// The two setup mistakes a new user meets first, said in their terms: the
+/// server's own text names a function simba's statement called, with the
+/// statement's position and a hint about casts that do not apply.
+std::string with_setup_hint(const std::string& state, std::string msg) {
+    if (msg.find("simba_") == std::string::npos) return msg;
+    if (state == "42883" || state == "42501") msg = msg.substr(0, msg.find('\n'));
+    if (state == "42883") return msg + " (is the simba extension installed in this database? CREATE EXTENSION simba)";
+    if (state == "42501") return msg + " (a superuser grants simba to a role: SELECT simba_grant('role'))";
+    return msg;
+}
+
 std::exception_ptr typed_error(const std::exception& e, bool lost) {
     if (dynamic_cast<const Error*>(&e)) return std::current_exception();
     const std::string msg = trimmed_message(e.what());
     if (lost) return std::make_exception_ptr(ConnectionError(msg, "08006"));
     try {
-        throw_sqlstate(sqlstate_of(e), msg);
+        const auto state = sqlstate_of(e);
+        throw_sqlstate(state, with_setup_hint(state, msg));
     } catch (...) {
         return std::current_exception();
     }
