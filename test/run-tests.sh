@@ -16,6 +16,7 @@ if [ "${1:-}" != --suites ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
+  echo "simba: setup and build took $SECONDS s"
   exec test/with-cluster.sh "$0" --suites
 fi
 
@@ -26,6 +27,7 @@ passed=0 failed=0 failed_suites=()
 why=$(mktemp)
 tally() { # suite-name passed failed log
   passed=$((passed + $2)); failed=$((failed + $3))
+  echo "simba: suite $1 took $((SECONDS - suite_start)) s"
   [ "$3" -eq 0 ] && return
   failed_suites+=("$1")
   local lines
@@ -37,7 +39,7 @@ tally() { # suite-name passed failed log
 # lines (pg_regress, isolation), and one failure if it broke without any.
 run_pg_suite() { # name command...
   local name=$1 log rc ok bad; shift
-  log=$(mktemp)
+  log=$(mktemp) suite_start=$SECONDS
   set +e; "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; set -e
   ok=$(grep -cE '\.\.\. ok' "$log" || true)
   bad=$(grep -cE '\.\.\. FAILED' "$log" || true)
@@ -72,7 +74,7 @@ run_pg_suite valgrind test/valgrind/run.sh
 # closing "N tests failed out of M" line (one failure if there is none).
 run_ctest_suite() { # name command...
   local name=$1 log line total nbad; shift
-  log=$(mktemp)
+  log=$(mktemp) suite_start=$SECONDS
   "$@" 2>&1 | tee "$log" || true
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || echo "0 tests failed out of 1")
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
@@ -99,5 +101,5 @@ if [ ${#failed_suites[@]} -gt 0 ]; then
   echo "failed suites: ${failed_suites[*]}"
 fi
 rm -f "$why"
-echo "simba: $passed passed, $failed failed"
+echo "simba: $passed passed, $failed failed, the suites in $SECONDS s"
 [ "$failed" -eq 0 ]
