@@ -60,6 +60,23 @@ static SimbaPlan late_release_insert = {
 	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID}
 };
 
+/*
+ * A forced release of a tenure under a session counts in the session's
+ * `revoked`, which every keepalive returns: a client that renews many
+ * tenures with one keepalive learns that one was taken without renewing
+ * each. The mutex row is locked first (as the release then updates it); the
+ * session row after, as an acquire under it does ($1 mutex).
+ */
+static SimbaPlan force_lock = {
+	"SELECT m.session_id FROM simba_mutex AS m WHERE m.mutex = $1 FOR UPDATE",
+	1, {TEXTOID}
+};
+
+static SimbaPlan revoke_update = {
+	"UPDATE simba_session_lease SET revoked = revoked + 1 WHERE session_id = $1",
+	1, {UUIDOID}
+};
+
 /* $1 mutex, $2 t, $3 origin: a live lease, on simba's clock (clock.c), or its session's */
 static SimbaPlan force_update = {
 	"UPDATE simba_mutex AS m"
@@ -196,13 +213,19 @@ simba_force_release_1_4(PG_FUNCTION_ARGS)
 {
 	text	   *mutex;
 	bool		released;
+	Datum		session_id = (Datum) 0;
+	bool		no_session = true;
 
 	simba_enter(fcinfo, true);
 	mutex = simba_name_arg(fcinfo, 0, "mutex");
 	SPI_connect();
+	if (simba_execute(fcinfo, &force_lock, (Datum[]) {PointerGetDatum(mutex)}, NULL, 1) == 1)
+		session_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &no_session);
 	released = simba_execute(fcinfo, &force_update,
 							 (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(simba_now(fcinfo)),
 		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
+	if (released && !no_session)
+		simba_execute(fcinfo, &revoke_update, &session_id, NULL, 0);
 	SPI_finish();
 	if (released)
 		Async_Notify("simba", text_to_cstring(mutex));

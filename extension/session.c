@@ -52,7 +52,7 @@ static SimbaPlan session_insert = {
 	"       (session_id, owner_role, owner_roleid, owner_sysid, opened_at, renewed_at, ttl_at, transition_at,"
 	"        ttl, transition, clock_origin)"
 	" VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4, $4, $5, $6, $7, $8, $9)"
-	" RETURNING session_id, ttl_at, transition_at, $4",
+	" RETURNING session_id, ttl_at, transition_at, $4, revoked",
 	9, {NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID, INTERVALOID,
 	TIMESTAMPTZOID}
 };
@@ -68,7 +68,7 @@ static SimbaPlan keepalive_lock = {
 static SimbaPlan keepalive_update = {
 	"UPDATE simba_session_lease SET renewed_at = $2, ttl_at = $3, transition_at = $4, clock_origin = $5"
 	" WHERE session_id = $1"
-	" RETURNING session_id, ttl_at, transition_at, $2",
+	" RETURNING session_id, ttl_at, transition_at, $2, revoked",
 	5, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 

@@ -58,20 +58,22 @@ CREATE TABLE @extschema@.simba_session_lease (
     transition_at timestamptz NOT NULL,
     ttl           interval    NOT NULL,
     transition    interval    NOT NULL,
-    clock_origin  timestamptz
+    clock_origin  timestamptz,
+    revoked       bigint      NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);  -- every keepalive rewrites the row
 COMMENT ON TABLE @extschema@.simba_session_lease IS
-  'simba: one row per session, of the role owner_roleid of cluster owner_sysid; live until transition_at (on the clock of clock_origin); a keepalive renews it by ttl and transition. Written only by the simba_session_* functions; a row is deleted only once no mutex or permit refers to it.';
+  'simba: one row per session, of the role owner_roleid of cluster owner_sysid; live until transition_at (on the clock of clock_origin); a keepalive renews it by ttl and transition; revoked counts its tenures simba_force_release took. Written only by the simba_* functions; a row is deleted only once no mutex or permit refers to it.';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_session_lease', '');
 
 CREATE TYPE @extschema@.simba_session AS (
     session_id    uuid,
     ttl_at        timestamptz,
     transition_at timestamptz,
-    current_at    timestamptz
+    current_at    timestamptz,
+    revoked       bigint
 );
 COMMENT ON TYPE @extschema@.simba_session IS
-  'simba: a session''s lease as seen at current_at: keep it alive before ttl_at; it ends at transition_at';
+  'simba: a session''s lease as seen at current_at: keep it alive before ttl_at; it ends at transition_at; revoked: how many of its tenures an admin has taken (simba_force_release) since it opened';
 
 CREATE FUNCTION @extschema@.simba_session_open(
     ttl        interval DEFAULT '10 seconds',

@@ -122,6 +122,26 @@ SELECT count(*) AS sessions FROM simba_session_lease WHERE session_id = :'sid2';
 -- a session's tenures are in the history like any other: closing is a release
 SELECT event, mutex, owner_id, fence FROM simba_mutex_history WHERE mutex IN ('m', 'c1') ORDER BY id;
 
+-- an admin's forced release of a tenure under a live session: the session
+-- goes on, and every keepalive from then on counts the tenure as revoked
+SET ROLE regress_simba_sa;
+SELECT session_id AS sid4, revoked AS revoked_at_open FROM simba_session_open('1h', '0s') \gset
+\echo revoked_at_open :revoked_at_open
+SELECT owner_id, fence AS rv_fence FROM simba_acquire('rv', 'a', session_id => :'sid4') \gset
+SELECT owner_id FROM simba_acquire('rv2', 'a', session_id => :'sid4');
+SELECT revoked FROM simba_session_keepalive(:'sid4');
+RESET ROLE;
+SELECT simba_force_release('rv') AS forced;
+SELECT simba_force_release('rv') AS forced_again;
+SELECT simba_force_release('rv-never-held') AS forced_unknown;
+SET ROLE regress_simba_sa;
+SELECT revoked, transition_at > current_at AS live FROM simba_session_keepalive(:'sid4');
+SELECT owner_id FROM simba_renew('rv', 'a', :rv_fence);
+SELECT mutex, owner_id, session_id = :'sid4' AS under_session FROM simba_mutex_status
+ WHERE mutex IN ('rv', 'rv2') ORDER BY mutex;
+SELECT simba_session_close(:'sid4') AS released;
+RESET ROLE;
+
 -- a holder may move its tenure onto a session and off again (same fence)
 SELECT session_id AS sid3 FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id, fence FROM simba_acquire('mv', 'a', '1h', '0s');
