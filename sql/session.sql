@@ -142,6 +142,21 @@ SELECT mutex, owner_id, session_id = :'sid4' AS under_session FROM simba_mutex_s
 SELECT simba_session_close(:'sid4') AS released;
 RESET ROLE;
 
+-- an acquire under a session in a savepoint rolled back leaves nothing held
+-- and the session as it was
+SET ROLE regress_simba_sa;
+SELECT session_id AS sid5 FROM simba_session_open('1h', '0s') \gset
+BEGIN;
+SAVEPOINT s;
+SELECT owner_id FROM simba_acquire('sp', 'a', session_id => :'sid5');
+ROLLBACK TO SAVEPOINT s;
+SELECT revoked FROM simba_session_keepalive(:'sid5');
+COMMIT;
+SELECT owner_id FROM simba_owner('sp');
+SELECT state, mutexes FROM simba_session_status WHERE session_id = :'sid5';
+SELECT simba_session_close(:'sid5') AS released;
+RESET ROLE;
+
 -- a holder may move its tenure onto a session and off again (same fence)
 SELECT session_id AS sid3 FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id, fence FROM simba_acquire('mv', 'a', '1h', '0s');
