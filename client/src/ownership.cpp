@@ -51,6 +51,31 @@ Ownership::Change Ownership::suspend(SteadyClock::time_point now) {
     return c;
 }
 
+Ownership::Change Ownership::keepalive(const MutexOwner& session, SteadyClock::time_point now) {
+    Change c = expire(now);
+    if (!running_ || !holding_) return c;
+    MutexOwner after = tenure_;  // the tenure, on the session's lease
+    after.ttl_at = session.ttl_at;
+    after.transition_at = session.transition_at;
+    after.current_at = session.current_at;
+    after.anchor = session.anchor;
+    renew(c, after, now);
+    return c;
+}
+
+void Ownership::renew(Change& c, const MutexOwner& after, SteadyClock::time_point now) {
+    // A renewal never shortens a lease an earlier one proved.
+    deadline_ = std::max(deadline_, after.transition_deadline() - margin_);
+    tenure_ = after;
+    reported_.before = reported_.after;
+    reported_.after = after;
+    c.renewed = true;
+    if (suspended_) {
+        suspended_ = false;
+        c.resumed = lease(now);
+    }
+}
+
 Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_point now) {
     Change c = expire(now);  // never bridge a gap with a late reply
     if (!running_) return c;
@@ -64,20 +89,11 @@ Ownership::Change Ownership::reply(const MutexOwner& after, SteadyClock::time_po
         reported_.after = after;
         return c;
     }
-    const auto deadline = after.transition_deadline() - margin_;
     if (holding_ && tenure_.fence == after.fence) {
-        // Renewal. A reply never shortens a lease an earlier one proved.
-        deadline_ = std::max(deadline_, deadline);
-        tenure_ = after;
-        reported_.before = reported_.after;
-        reported_.after = after;
-        c.renewed = true;
-        if (suspended_) {
-            suspended_ = false;
-            c.resumed = lease(now);
-        }
+        renew(c, after, now);
         return c;
     }
+    const auto deadline = after.transition_deadline() - margin_;
     MutexOwner before = reported_.after;
     if (holding_) {  // the server names another fence of ours: the held tenure is over
         before = tenure_;

@@ -16,6 +16,9 @@
 // that never reached the server) is `disowned`: the caller gives it back on
 // the server and contends for a new tenure, which gets a new fence.
 //
+// Sessions: a tenure under a session is renewed by the session's keepalive
+// (keepalive()), with the same deadline rule.
+//
 // Suspension: a held tenure whose renewal failed (or whose connection was
 // lost) is suspended until a renewal of it succeeds (resumed) or it ends;
 // reported once per suspension, and cleared with the tenure.
@@ -66,6 +69,12 @@ public:
     /// A renewal failed or the connection was lost: a held, unexpired
     /// tenure is suspended (once, until a renewal resumes it).
     Change suspend(SteadyClock::time_point now);
+    /// A keepalive of the session the held tenure lives by, received at
+    /// `now`: `session` is its lease as an owner row (ttl_at, transition_at,
+    /// current_at, anchor = the keepalive's send time). A renewal of the
+    /// tenure onto that lease, by the same rule as reply(): a tenure past
+    /// its deadline has ended first.
+    Change keepalive(const MutexOwner& session, SteadyClock::time_point now);
 
     /// The tenure held at `now`, in one piece; owns() and fence() are read from it.
     [[nodiscard]] std::optional<Lease> lease(SteadyClock::time_point now) const {
@@ -90,6 +99,8 @@ public:
     [[nodiscard]] bool suspended() const { return suspended_; }
 
 private:
+    /// The held tenure renewed onto `after`'s lease (never shortened); resumes it.
+    void renew(Change& c, const MutexOwner& after, SteadyClock::time_point now);
     /// Ends the held tenure: `after` is what replaced it.
     void end_tenure(Change& c, MutexOwner after, SteadyClock::time_point lost_at);
 

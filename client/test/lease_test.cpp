@@ -386,6 +386,49 @@ struct Model {
 
 }  // namespace
 
+// Sessions: a keepalive of the session the tenure lives by is its renewal.
+TEST(SessionKeepalive, RenewsTheHeldTenureFromTheKeepalivesSendTime) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    // The session's lease: 1000 ms more from a decision on its own clock.
+    auto c = l.keepalive(reply("session-id", 0, 800, 1000, 42'000), at(850));
+    EXPECT_TRUE(c.renewed);
+    EXPECT_FALSE(c.released);
+    EXPECT_FALSE(c.acquired);
+    EXPECT_EQ(l.deadline(), at(1780));
+    EXPECT_EQ(l.fence(at(1700)), 7);
+    EXPECT_EQ(l.tenure().owner_id, "me");  // the tenure, on the session's lease
+    EXPECT_EQ(l.tenure().transition_deadline(), at(1800));
+    EXPECT_FALSE(l.reported().changed()) << "a renewal, not a change of hands";
+    // An older keepalive answered late never shortens it.
+    EXPECT_TRUE(l.keepalive(reply("session-id", 0, 100, 1000, 42'000), at(900)).renewed);
+    EXPECT_EQ(l.deadline(), at(1780));
+}
+
+TEST(SessionKeepalive, AKeepaliveAfterTheDeadlineEndsTheTenureInstead) {
+    auto l = started();
+    (void)l.reply(reply("me", 7, 0), at(10));
+    auto c = l.keepalive(reply("session-id", 0, 900, 1000), at(985));  // sent in time, answered past 980
+    EXPECT_TRUE(c.released);
+    EXPECT_FALSE(c.renewed);
+    EXPECT_FALSE(l.owns(at(985)));
+    // Nothing bridges the gap: the server's renewed tenure is not claimed again.
+    EXPECT_TRUE(l.reply(reply("me", 7, 990), at(995)).disowned);
+}
+
+TEST(SessionKeepalive, ResumesASuspendedTenureAndDoesNothingWithoutOne) {
+    auto l = started();
+    EXPECT_FALSE(l.keepalive(reply("session-id", 0, 0), at(5)).renewed) << "no tenure: nothing to renew";
+    (void)l.reply(reply("me", 7, 0), at(10));
+    ASSERT_TRUE(l.suspend(at(600)).suspended);
+    auto c = l.keepalive(reply("session-id", 0, 700), at(710));
+    ASSERT_TRUE(c.resumed);
+    EXPECT_EQ(c.resumed->deadline, at(1680));
+    EXPECT_FALSE(l.suspended());
+    (void)l.stop(at(800));
+    EXPECT_FALSE(l.keepalive(reply("session-id", 0, 900), at(910)).renewed) << "stopped: ignored";
+}
+
 TEST(Lease, RandomSequencesKeepTheRule) {
     const int runs = 5000, steps = 60;
     std::mt19937_64 rng(20261123);
