@@ -22,9 +22,12 @@ void Contention::start(const ServicePtr& svc, bool here) {
     svc->notify = {};
     svc->unknown = false;
     svc->disowned = false;  // stop() released it
+    svc->session.clear();
+    svc->verify = false;
     svc->io_active = true;
     svc->last = MutexOwner::none(svc->mutex);
     registry_.add(svc);
+    if (options_.sessions) sessions_.join(svc);
     update_statement_timeout();
     if (here && conn_.up())
         attempt(svc);
@@ -37,6 +40,7 @@ void Contention::stop(const ServicePtr& svc) {
     ++svc->timer_gen;  // cancels pending attempts
     svc->next_at = SteadyClock::time_point::max();
     registry_.remove(svc);
+    if (options_.sessions) sessions_.leave(svc);
     // Released by id whenever it may hold the lease, including when a
     // grant's reply was lost: contenders then need not wait a lease out.
     bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
@@ -60,6 +64,7 @@ void Contention::stop(const ServicePtr& svc) {
     svc->last = MutexOwner::none(svc->mutex);
     svc->unknown = false;
     svc->disowned = false;
+    svc->session.clear();
     update_statement_timeout();
 }
 
@@ -98,14 +103,134 @@ bool Contention::give_back(const ServicePtr& svc) {
 }
 
 void Contention::run_due(SteadyClock::time_point now) {
+    while (auto* l = conn_.up() ? sessions_.due(now) : nullptr) keepalive(*l);
     if (!conn_.up() || queue_.next_due() > now) return;
     auto batch = queue_.due_batch(now, options_.batch_window, static_cast<std::size_t>(options_.batch_max));
+    batch.erase(std::remove_if(batch.begin(), batch.end(), [this](const ServicePtr& s) { return rearm(s); }),
+                batch.end());
     if (!batch.empty()) attempt_batch(batch);
 }
 
 void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
+    if (!waiters_only) sessions_.all_due(now);  // reconnected: the sessions' keepalives go first
     for (auto& s : registry_.all())
         if (!waiters_only || !s->last.is_owner(s->id)) schedule(s, now);
+}
+
+// ---------------------------------------------------------------- sessions
+
+/// The session `svc` attempts under, opened first if none is (a statement of
+/// its own): its id, or nullptr without sessions. Throws what the open throws.
+const char* Contention::session_for(const ServicePtr& svc) {
+    if (!options_.sessions) return nullptr;
+    auto& l = sessions_.of(*svc);
+    if (!l.is_open()) {
+        metrics_.count_session_statement();
+        auto watch = watchdog_.watch(conn_.stmt().sock());
+        Sessions::open(conn_.stmt(), l);
+        log(LogLevel::debug, "opened session " + l.proof.id);
+    }
+    svc->session = l.proof.id;
+    return svc->session.c_str();
+}
+
+/// A tenure under a session lives by the session's keepalives, not by
+/// attempts of its own: its timer only moves on to the tenure's deadline.
+/// It attempts when asked to check (a NOTIFY, a revocation) or once that
+/// deadline has passed (its session's keepalives failed: it contends again).
+bool Contention::rearm(const ServicePtr& svc) {
+    if (svc->session.empty() || svc->verify) return false;
+    SteadyClock::time_point deadline;
+    {
+        std::lock_guard<std::mutex> lock(svc->m);
+        if (!svc->ownership.holding()) return false;
+        deadline = svc->ownership.deadline();
+    }
+    if (deadline <= SteadyClock::now()) return false;
+    schedule(svc, deadline);
+    return true;
+}
+
+/// One keepalive renews every tenure under the session. A session no
+/// running service uses is closed instead.
+void Contention::keepalive(SessionLease& l) {
+    if (l.members.empty()) return close_session(l, "no service uses it");
+    metrics_.count_session_statement();
+    try {
+        bool revoked;
+        {
+            // A keepalive still in flight at the session's proven end proves
+            // nothing more (as a renewal); one sent after it must still be
+            // answered (SB004, or a session the server kept longer).
+            const auto end = l.end();
+            auto watch = watchdog_.watch(conn_.stmt().sock(),
+                                         end > SteadyClock::now() ? end : SteadyClock::time_point::max());
+            revoked = Sessions::keepalive(conn_.stmt(), l);
+        }
+        conn_.statement_ok();
+        const auto now = SteadyClock::now();
+        for (auto& s : l.members) {
+            if (s->session != l.proof.id || !events_.keepalive(s, l.proof.lease) || !revoked) continue;
+            s->verify = true;  // an admin took one of the session's tenures: each holder checks its own
+            schedule(s, now);
+        }
+    } catch (const std::exception& e) {
+        if (conn_.statement_failed(e, "keepalive of session " + l.proof.id)) return;  // due again on reconnect
+        if (sqlstate_of(e) == "SB004") return session_ended(l);
+        for (auto& s : l.members)
+            if (s->session == l.proof.id) events_.suspend(s);
+        const auto quarter = std::chrono::duration_cast<milliseconds>(l.ttl / 4);
+        l.next_at = SteadyClock::now() + std::max(milliseconds(10), std::min(options_.retry_delay, quarter));
+    }
+}
+
+/// The server says the session has ended (SB004): nothing under it is held
+/// any more. Its tenures end now; its services contend again (a single
+/// tenure's is over), under a new session.
+void Contention::session_ended(SessionLease& l) {
+    const auto id = std::move(l.proof.id);
+    l.proof = {};
+    l.next_at = SteadyClock::time_point::max();
+    log(LogLevel::warning, "session " + id + " has ended on the server: its tenures are lost");
+    const auto now = SteadyClock::now();
+    for (auto& s : l.members) {
+        if (s->session != id) continue;
+        s->session.clear();
+        if (s->last.is_owner(s->id)) {
+            const MutexOwner prev = std::exchange(s->last, MutexOwner::none(s->mutex, now));
+            events_.apply(s, prev, s->last);
+        }
+        schedule(s, now);
+    }
+}
+
+void Contention::close_session(SessionLease& l, const char* why) {
+    const auto id = l.proof.id;
+    try {
+        metrics_.count_session_statement();
+        auto watch = watchdog_.watch(conn_.stmt().sock());
+        Sessions::close(conn_.stmt(), l);
+        conn_.statement_ok();
+        log(LogLevel::debug, "closed session " + id + ": " + why);
+    } catch (const std::exception& e) {
+        // It ends on the server at its deadline anyway.
+        conn_.statement_failed(e, "close of session " + id);
+    }
+}
+
+void Contention::close_sessions() {
+    for (auto& [key, l] : sessions_.all()) {
+        if (!l.is_open()) continue;
+        // Each tenure ends here before the close can hand it to a waiter
+        // (as stop() does): the rows stop() would release go with the session.
+        for (auto& s : l.members) {
+            if (s->session != l.proof.id) continue;
+            events_.end_locally(s);
+            s->last = MutexOwner::none(s->mutex);
+            s->unknown = false;
+        }
+        if (conn_.up()) close_session(l, "the factory shuts down");
+    }
 }
 
 void Contention::setup_failed(const std::exception_ptr& error) {
@@ -129,7 +254,10 @@ void Contention::notified(const std::vector<std::string>& names) {
             // may be an admin's simba_force_release of its tenure. But anyone
             // may NOTIFY, as often as they like: at most one such attempt
             // per notify_min_interval (notify_gate.hpp).
-            if (!s->last.is_owner(s->id)) s->notified_at = now;
+            if (!s->last.is_owner(s->id))
+                s->notified_at = now;
+            else
+                s->verify = true;  // under a session its timer would not attempt
             if (auto at = s->notify.admit(now, s->next_at, options_.notify_min_interval)) schedule(s, *at);
         }
     }
@@ -193,9 +321,11 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
     if (svc->disowned && !give_back(svc)) return;
     const auto next = svc->next();
     if (next.finished) return;  // a single tenure ended: nothing until restarted
-    auto anchor = SteadyClock::now();
-    metrics_.count_statement(1);
+    svc->verify = false;
     try {
+        const char* session = next.renew_fence ? nullptr : session_for(svc);
+        auto anchor = SteadyClock::now();
+        metrics_.count_statement(1);
         auto watch = watchdog_.watch(conn_.stmt().sock(), serves_until(svc, renewing));
         pqxx::nontransaction tx(conn_.stmt());
         const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
@@ -206,13 +336,20 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
                 ? (options_.pooled
                        ? tx.exec_params1(kRenewSql, svc->mutex, svc->id, next.renew_fence, ttl, transition)
                        : tx.exec_prepared1("simba_renew", svc->mutex, svc->id, next.renew_fence, ttl, transition))
-                : (options_.pooled ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition)
-                                   : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition));
+                : (options_.pooled
+                       ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition, session)
+                       : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition, session));
         finish_attempt(svc, row, anchor);
     } catch (const std::exception& e) {
         if (conn_.statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
             svc->unknown = true;  // it may have committed
             return;               // all services attempt again on reconnect
+        }
+        if (sqlstate_of(e) == "SB004") {  // its session ended before the attempt
+            auto& l = sessions_.of(*svc);
+            if (l.is_open() && l.proof.id == svc->session) session_ended(l);
+            schedule(svc, SteadyClock::now());
+            return;
         }
         if (permanent_sqlstate(sqlstate_of(e))) {
             // A setup mistake: tell whoever waits for this service now
@@ -252,18 +389,28 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
         renewing[i] = begin_attempt(batch[i]);
         until = std::min(until, serves_until(batch[i], renewing[i]));
     }
-    auto anchor = SteadyClock::now();
+    SteadyClock::time_point anchor;
     try {
+        // Session ids (a uuid needs no quotes), NULL without sessions.
+        std::string sessions = "{";
+        for (auto& s : batch) {
+            s->verify = false;
+            const char* id = session_for(s);
+            if (sessions.size() > 1) sessions += ',';
+            sessions += id ? id : "NULL";
+        }
+        sessions += '}';
         const auto names = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
         const auto ids = array_literal(batch, [](const ServicePtr& s) -> const std::string& { return s->id; });
         const auto ttls = array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.ttl.count()); });
         const auto trs =
             array_literal(batch, [](const ServicePtr& s) { return std::to_string(s->options.transition.count()); });
+        anchor = SteadyClock::now();
         metrics_.count_statement(batch.size());
         auto watch = watchdog_.watch(conn_.stmt().sock(), until);
         pqxx::nontransaction tx(conn_.stmt());
-        auto rows = options_.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs)
-                                    : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs);
+        auto rows = options_.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs, sessions)
+                                    : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs, sessions);
         for (const auto& row : rows) {
             auto i = row[8].as<std::size_t>() - 1;
             if (i >= batch.size() || done[i]) continue;

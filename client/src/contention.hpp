@@ -12,6 +12,7 @@
 #include "factory_metrics.hpp"
 #include "service_events.hpp"
 #include "service_registry.hpp"
+#include "sessions.hpp"
 #include "simba/factory.hpp"
 #include "statement_watchdog.hpp"
 
@@ -42,8 +43,11 @@ public:
     void notified(const std::vector<std::string>& names);
     /// Connecting failed with a setup mistake: when_owner() callbacks hear it.
     void setup_failed(const std::exception_ptr& error);
-    /// When the next attempt is due.
-    SteadyClock::time_point next_due() { return queue_.next_due(); }
+    /// Shutdown: every session is closed, one statement each releasing all
+    /// it holds; its services' tenures end here first.
+    void close_sessions();
+    /// When the next attempt or keepalive is due.
+    SteadyClock::time_point next_due() { return std::min(queue_.next_due(), sessions_.next_due()); }
 
     [[nodiscard]] const ServiceRegistry& registry() const { return registry_; }
     [[nodiscard]] std::size_t running() const { return registry_.all().size(); }
@@ -63,6 +67,11 @@ private:
     bool release(const ServicePtr& svc, const char* what);
     std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
     void update_statement_timeout();
+    const char* session_for(const ServicePtr& svc);
+    bool rearm(const ServicePtr& svc);
+    void keepalive(SessionLease& l);
+    void session_ended(SessionLease& l);
+    void close_session(SessionLease& l, const char* why);
 
     const FactoryOptions& options_;
     Connections& conn_;
@@ -71,6 +80,7 @@ private:
     StatementWatchdog& watchdog_;
     AttemptQueue queue_;
     ServiceRegistry registry_;
+    Sessions sessions_;  // used with options_.sessions
 };
 
 }  // namespace simba::pg::detail

@@ -21,6 +21,7 @@ Metrics FactoryMetrics::snapshot() {
     Metrics out;
     out.acquire_statements = statements_.load(std::memory_order_relaxed);
     out.acquire_calls = calls_.load(std::memory_order_relaxed);
+    out.session_statements = session_statements_.load(std::memory_order_relaxed);
     out.mutexes = cells_.snapshot();
     std::lock_guard<std::mutex> lock(m_);
     for (auto& w : services_) {

@@ -173,6 +173,9 @@ std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
              n(metrics.acquire_statements));
     w.scalar("simba_client_acquire_calls_total", "counter", "simba_acquire calls sent (renewals included).",
              n(metrics.acquire_calls));
+    w.scalar("simba_client_session_statements_total", "counter",
+             "Session statements sent (open, keepalive, close): one keepalive renews every tenure under a session.",
+             n(metrics.session_statements));
     w.family(metrics, "simba_client_attempts_total", "counter",
              "simba_acquire calls made while not the owner (failed calls included).",
              [](const MutexMetrics& m) { return n(m.attempts); });

@@ -256,12 +256,14 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (connections.up()) until = std::min(until, contention.next_due());
             sleep(lock, now, until, listen_broke);
         }
-        // Shutdown: stop services still running, then close.
+        // Shutdown: close the sessions (one statement each releases what is
+        // held under it), stop services still running, then close.
         {
             std::lock_guard<std::mutex> cmd(cmd_m);
             closed = true;
         }
         run_commands();
+        contention.close_sessions();
         std::vector<ServicePtr> left(contention.registry().all().begin(), contention.registry().all().end());
         for (auto& s : left) contention.stop(s);
         connections.drop();

@@ -59,6 +59,8 @@ struct ServiceCore {
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
     bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
     bool disowned = false;       // the server counts a tenure that ended here: released before the next attempt
+    std::string session;         // the session its last attempt was sent under ("": none; sessions.hpp)
+    bool verify = false;         // a tenure under a session must be checked on the server (a NOTIFY, a revocation)
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).

@@ -109,6 +109,12 @@ void ServiceEvents::suspend(const ServicePtr& svc) {
     report(svc, svc->ownership.suspend(SteadyClock::now()));
 }
 
+bool ServiceEvents::keepalive(const ServicePtr& svc, const MutexOwner& session) {
+    std::lock_guard<std::mutex> lock(svc->m);
+    report(svc, svc->ownership.keepalive(session, SteadyClock::now()));
+    return svc->ownership.holding();
+}
+
 void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost,
                            const MutexOwner* prev) {
     auto c = svc->contender;

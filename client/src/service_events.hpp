@@ -29,6 +29,9 @@ public:
     /// A renewal of `svc` failed or its connection was lost (I/O thread): a
     /// held tenure is suspended, on_suspended queued once per suspension.
     void suspend(const ServicePtr& svc);
+    /// A keepalive renewed `svc`'s session onto `session`'s lease (I/O
+    /// thread): so is its held tenure. Whether it still holds one.
+    bool keepalive(const ServicePtr& svc, const MutexOwner& session);
     /// Ends `svc`'s contention on this side: its tenure (on_released is
     /// queued), its callbacks, wait_owner(). Idempotent.
     void end_locally(const ServicePtr& svc);

@@ -28,7 +28,7 @@ std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.a
 const char* const kAcquireSql =
     "SELECT " SIMBA_OWNER_COLUMNS("$2")
     " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
-    " $4::int8 * interval '1 microsecond') AS o";
+    " $4::int8 * interval '1 microsecond', $5::uuid) AS o";
 const char* const kRenewSql =
     "SELECT " SIMBA_OWNER_COLUMNS("$2")
     " FROM simba_renew($1, $2, $3, $4::int8 * interval '1 microsecond',"
@@ -38,11 +38,25 @@ const char* const kRenewSql =
 // cannot deadlock each other); column 8 = the attempt's 1-based index.
 const char* const kAcquireBatchSql =
     "SELECT " SIMBA_OWNER_COLUMNS("a.id") ", a.i"
-    " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS a(mutex, id, ttl, tr, i),"
+    " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::uuid[])"
+    " WITH ORDINALITY AS a(mutex, id, ttl, tr, session, i),"
     " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
-    " a.tr * interval '1 microsecond') AS o";
+    " a.tr * interval '1 microsecond', a.session) AS o";
 #undef SIMBA_OWNER_COLUMNS
 const char* const kReleaseSql = "SELECT simba_release($1, $2)";
+
+#define SIMBA_SESSION_COLUMNS                                \
+    "s.session_id::text,"                                    \
+    " (extract(epoch FROM s.ttl_at) * 1000000)::int8,"       \
+    " (extract(epoch FROM s.transition_at) * 1000000)::int8," \
+    " (extract(epoch FROM s.current_at) * 1000000)::int8, s.revoked"
+const char* const kSessionOpenSql =
+    "SELECT " SIMBA_SESSION_COLUMNS
+    " FROM simba_session_open($1::int8 * interval '1 microsecond', $2::int8 * interval '1 microsecond') AS s";
+const char* const kSessionKeepaliveSql =
+    "SELECT " SIMBA_SESSION_COLUMNS " FROM simba_session_keepalive($1::uuid) AS s";
+#undef SIMBA_SESSION_COLUMNS
+const char* const kSessionCloseSql = "SELECT simba_session_close($1::uuid)";
 
 /// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
 /// PREPARE fails (e.g. permission denied on first use), but still throws the
@@ -103,6 +117,18 @@ std::string sqlstate_of(const std::exception& e) {
     if (dynamic_cast<const pqxx::syntax_error*>(&e)) return "42601";
     if (dynamic_cast<const pqxx::data_exception*>(&e)) return "22000";
     return {};
+}
+
+SessionProof parse_session(const pqxx::row& r, SteadyClock::time_point anchor) {
+    SessionProof p;
+    p.id = r[0].as<std::string>();
+    p.lease.owner_id = p.id;
+    p.lease.acquired_at = p.lease.current_at = microseconds(r[3].as<std::int64_t>());
+    p.lease.ttl_at = microseconds(r[1].as<std::int64_t>());
+    p.lease.transition_at = microseconds(r[2].as<std::int64_t>());
+    p.lease.anchor = anchor;
+    p.revoked = r[4].as<std::int64_t>();
+    return p;
 }
 
 MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor) {

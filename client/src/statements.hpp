@@ -11,9 +11,10 @@
 
 namespace simba::pg::detail {
 
-/// simba_acquire($1 mutex, $2 id, $3 ttl µs, $4 transition µs): one owner row.
+/// simba_acquire($1 mutex, $2 id, $3 ttl µs, $4 transition µs, $5 session
+/// id or NULL): one owner row (under a session: the session's times).
 extern const char* const kAcquireSql;
-/// Many attempts in one statement ($1..$4 arrays); column 8 = the attempt's
+/// Many attempts in one statement ($1..$5 arrays); column 8 = the attempt's
 /// 1-based index.
 extern const char* const kAcquireBatchSql;
 /// simba_renew($1 mutex, $2 id, $3 fence, $4 ttl µs, $5 transition µs):
@@ -21,6 +22,22 @@ extern const char* const kAcquireBatchSql;
 extern const char* const kRenewSql;
 /// simba_release($1 mutex, $2 id): true if it was the holder.
 extern const char* const kReleaseSql;
+/// simba_session_open($1 ttl µs, $2 transition µs), simba_session_keepalive($1
+/// id): one session row (parse_session).
+extern const char* const kSessionOpenSql;
+extern const char* const kSessionKeepaliveSql;
+/// simba_session_close($1 id): how many tenures and permits it released.
+extern const char* const kSessionCloseSql;
+
+/// A session row as the client reads it: its id, its lease as an owner row
+/// (to_steady, transition_deadline and ContendPeriod::owner_delay apply), and
+/// how many of its tenures were taken by simba_force_release so far.
+struct SessionProof {
+    std::string id;
+    MutexOwner lease;
+    std::int64_t revoked = 0;
+};
+SessionProof parse_session(const pqxx::row& r, SteadyClock::time_point anchor);
 
 /// A PostgreSQL array literal of `items`, every element quoted.
 template <typename T, typename F>

@@ -211,7 +211,7 @@ std::optional<WallClock::time_point> lease_end(pqxx::connection& c, const std::s
     eventually([&] {
         pqxx::nontransaction tx(c);
         auto r = tx.exec_params("SELECT extract(epoch FROM transition_at)::float8, clock_timestamp() > transition_at"
-                                " FROM simba_mutex WHERE mutex = $1",
+                                " FROM simba_mutex_status WHERE mutex = $1",
                                 mutex);
         if (r.empty() || r[0][0].is_null() || !r[0][1].as<bool>()) return false;
         end = WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0][0].as<double>())));
@@ -506,7 +506,7 @@ TEST(CliRunLease, ARenewalAfterTheSigtermCallsOffTheSigkill) {
     ASSERT_TRUE(eventually([&] { return !slurp(d.path + "/term").empty(); }, 10000ms)) << "no SIGTERM";
     auto transition_at = [&] {
         pqxx::nontransaction tx(*c);
-        auto r = tx.exec_params1("SELECT extract(epoch FROM transition_at)::float8 FROM simba_mutex WHERE mutex = $1", mutex);
+        auto r = tx.exec_params1("SELECT extract(epoch FROM transition_at)::float8 FROM simba_mutex_status WHERE mutex = $1", mutex);
         return WallClock::time_point(duration_cast<WallClock::duration>(std::chrono::duration<double>(r[0].as<double>())));
     };
     const auto old_end = transition_at();  // the SIGKILL was due 301 ms before it

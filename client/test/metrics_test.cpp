@@ -87,11 +87,12 @@ TEST(Metrics, ExpositionPassesTheChecker) {
 TEST(Metrics, EmptySnapshotIsValid) {
     auto r = prom_check::check(simba::to_prometheus({}));
     EXPECT_TRUE(r.ok()) << r.error_text();
-    // Only the two factory-wide counters, at zero.
-    EXPECT_EQ(r.samples.size(), 2u);
+    // Only the three factory-wide counters, at zero.
+    EXPECT_EQ(r.samples.size(), 3u);
     EXPECT_EQ(r.value("simba_client_acquire_statements_total", {}), 0);
     EXPECT_EQ(r.value("simba_client_acquire_calls_total", {}), 0);
-    EXPECT_EQ(r.types.size(), 15u);
+    EXPECT_EQ(r.value("simba_client_session_statements_total", {}), 0);
+    EXPECT_EQ(r.types.size(), 16u);
 }
 
 TEST(Metrics, BadLabelNamesRejected) {

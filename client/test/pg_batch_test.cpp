@@ -23,6 +23,14 @@ std::int64_t versions(pqxx::connection& c, const std::string& prefix) {
         .as<std::int64_t>();
 }
 
+/// Renewals are attempts of their own only with a lease per tenure (under a
+/// session one keepalive renews them all): these tests batch those.
+simba::pg::FactoryOptions per_lock_options(const std::string& app_prefix) {
+    auto o = test_options(app_prefix);
+    o.sessions = false;
+    return o;
+}
+
 std::map<std::string, std::string> server_owners(pqxx::connection& c, const std::string& prefix) {
     pqxx::nontransaction tx(c);
     std::map<std::string, std::string> out;
@@ -57,7 +65,7 @@ TEST(Batching, OneStatementCarriesManyAttemptsAndEveryLeaseIsRenewed) {
     LogCapture logs;
     auto db = admin();
     const auto prefix = unique_name("batch");
-    simba::pg::ContendServiceFactory factory("", test_options("batch"));
+    simba::pg::ContendServiceFactory factory("", per_lock_options("batch"));
     constexpr int kMutexes = 60;
     Fleet fleet;
     for (int i = 0; i < kMutexes; ++i) {
@@ -103,7 +111,7 @@ TEST(Batching, OneStatementCarriesManyAttemptsAndEveryLeaseIsRenewed) {
 TEST(Batching, BatchMaxOneSendsOneStatementPerAttempt) {
     auto db = admin();
     const auto prefix = unique_name("single");
-    auto opts = test_options("single");
+    auto opts = per_lock_options("single");
     opts.batch_max = 1;
     simba::pg::ContendServiceFactory factory("", opts);
     Fleet fleet;
@@ -117,7 +125,7 @@ TEST(Batching, BatchMaxOneSendsOneStatementPerAttempt) {
     EXPECT_GE(m.acquire_calls, 60u);
     for (auto& s : fleet.services) s->stop();
 
-    auto bad = test_options("bad");
+    auto bad = per_lock_options("bad");
     bad.batch_max = 0;
     EXPECT_THROW(simba::pg::ContendServiceFactory("", bad), simba::InvalidArgumentError);
     bad.batch_max = 1;
@@ -129,7 +137,7 @@ TEST(Batching, OneFailingAttemptDoesNotFailTheOthers) {
     LogCapture logs;
     auto db = admin();
     const auto prefix = unique_name("partial");
-    simba::pg::ContendServiceFactory factory("", test_options("partial"));
+    simba::pg::ContendServiceFactory factory("", per_lock_options("partial"));
     // A trigger makes every simba_acquire of one mutex fail (22023).
     const auto refused = prefix + "-refused";
     struct Trigger {
@@ -182,7 +190,7 @@ TEST(Batching, OneLockedRowDoesNotCostAnotherMutexItsLease) {
     auto db = admin();
     auto blocker = admin();
     const auto prefix = unique_name("locked");
-    simba::pg::ContendServiceFactory factory("", test_options("locked"));
+    simba::pg::ContendServiceFactory factory("", per_lock_options("locked"));
     Fleet fleet;
     fleet.add(factory, prefix + "-a", "A", lease(2000ms, 1000ms));
     fleet.add(factory, prefix + "-b", "B", lease(2000ms, 1000ms));
@@ -220,7 +228,7 @@ TEST(Batching, ProcessesBatchingTheSameMutexesDoNotDeadlock) {
     const auto prefix = unique_name("order");
     // Two factories (two backends), each contending for the same 50 mutexes,
     // created in opposite orders, with short leases: many overlapping batches.
-    simba::pg::ContendServiceFactory a("", test_options("order-a")), b("", test_options("order-b"));
+    simba::pg::ContendServiceFactory a("", per_lock_options("order-a")), b("", per_lock_options("order-b"));
     constexpr int kMutexes = 50;
     Fleet fa, fb;
     for (int i = 0; i < kMutexes; ++i) {

@@ -167,7 +167,7 @@ Outcome lock_error(const std::string& conninfo) {
 TEST(LockerErrors, ExtensionMissing) {
     auto db = admin();
     ScratchDatabase bare(*db, "noext", false);
-    expect_error<simba::ServerError>(lock_error(bare.conninfo()), "42883", "simba_acquire");
+    expect_error<simba::ServerError>(lock_error(bare.conninfo()), "42883", "CREATE EXTENSION simba");
 }
 
 TEST(LockerErrors, RoleWithoutGrant) {

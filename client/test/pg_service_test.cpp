@@ -50,12 +50,7 @@ TEST(Roles, AnotherRoleWithTheSameIdNeverOwnsWhileTheHolderDoes) {
     sb->start();
     // b has seen a's tenure, under a's role, and keeps seeing it across a's renewals.
     ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "regress_simba_role_a:same-id"; }, 10s));
-    const auto renewals = [&] {
-        pqxx::nontransaction tx(*db);
-        return tx.exec_params1("SELECT version FROM simba_mutex WHERE mutex = $1", m)[0].as<std::int64_t>();
-    };
-    const auto v0 = renewals();
-    ASSERT_TRUE(eventually([&] { return renewals() >= v0 + 2; }, 10s)) << "a renews";
+    ASSERT_TRUE(renewed_on_server(*db, m, 2, 10s)) << "a renews";
     EXPECT_FALSE(sb->is_owner());
     EXPECT_EQ(b->events().size(), 0u) << "b never acquired";
     EXPECT_TRUE(sa->is_owner());
@@ -138,13 +133,8 @@ TEST(Handoff, RenewalsFireNoCallbacksAndKeepTheFence) {
     sa->start();
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 1; }, 10s));
     const auto fence = sa->fence();
-    auto version = [&] {
-        pqxx::nontransaction tx(*db);
-        return tx.exec_params1("SELECT version FROM simba_owner($1)", m)[0].as<std::int64_t>();
-    };
-    const auto v0 = version();
-    // At least five renewals (each bumps version) while we watch.
-    ASSERT_TRUE(eventually([&] { return version() >= v0 + 5; }, 10s));
+    // At least five renewals (of the lease, or of the session's) while we watch.
+    ASSERT_TRUE(renewed_on_server(*db, m, 5, 10s));
     EXPECT_TRUE(sa->is_owner());
     EXPECT_EQ(sa->fence(), fence);
     EXPECT_EQ(a->events().size(), 1u);  // only the first on_acquired
@@ -462,7 +452,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
         if (acquired || lease_still_valid_on_server.load() != -1) return;
         pqxx::nontransaction tx(*probe);
         auto r = tx.exec_params1(
-            "SELECT owner_id = 'A' AND clock_timestamp() < transition_at FROM simba_mutex WHERE mutex = $1", m);
+            "SELECT owner_id = 'A' AND clock_timestamp() < transition_at FROM simba_mutex_status WHERE mutex = $1", m);
         lease_still_valid_on_server = r[0].as<bool>() ? 1 : 0;
     };
     auto sa = factory.create(a, lease(600ms, 400ms));
@@ -496,7 +486,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
     ASSERT_TRUE(eventually(
         [&] {
             pqxx::nontransaction tx(*db);
-            return tx.exec_params1("SELECT transition_at <= clock_timestamp() FROM simba_mutex WHERE mutex = $1", m)[0]
+            return tx.exec_params1("SELECT transition_at <= clock_timestamp() FROM simba_mutex_status WHERE mutex = $1", m)[0]
                 .as<bool>();
         },
         5s));
@@ -537,8 +527,9 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
 }
 
 TEST(KilledConnection, BlockedRenewalStillReleasesAtTheDeadline) {
-    // A renewal stuck behind a row lock (someone's fence-check transaction)
-    // must not keep is_owner() true: the handle thread fires on_released.
+    // A renewal (or keepalive) stuck behind a lock (someone's fence-check
+    // transaction) must not keep is_owner() true: the handle thread fires
+    // on_released.
     LogCapture logs;
     auto db = admin();
     auto blocker = admin();
@@ -555,7 +546,8 @@ TEST(KilledConnection, BlockedRenewalStillReleasesAtTheDeadline) {
     {
         pqxx::work tx(*blocker);
         tx.exec_params("SELECT simba_fence_check($1, 'A', $2)", m, fence);  // FOR SHARE lock
-        tx.exec0("LOCK TABLE simba_mutex IN EXCLUSIVE MODE");                // and block every update
+        // and block every update: of the lease, and of its session's (a keepalive)
+        tx.exec0("LOCK TABLE simba_mutex, simba_session_lease IN EXCLUSIVE MODE");
         ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
         EXPECT_FALSE(a->events()[1].acquired);
         EXPECT_FALSE(sa->is_owner());
@@ -586,6 +578,7 @@ TEST(KilledConnection, ReconnectBackoffGrowsWhileEveryStatementFails) {
         void drop() {
             pqxx::nontransaction tx(db);
             tx.exec0("DROP TRIGGER IF EXISTS simba_test_backoff ON simba_mutex");
+            tx.exec0("DROP TRIGGER IF EXISTS simba_test_backoff ON simba_session_lease");
             tx.exec0("DROP FUNCTION IF EXISTS public.simba_test_backoff()");
         }
         ~Trigger() { drop(); }
@@ -596,6 +589,9 @@ TEST(KilledConnection, ReconnectBackoffGrowsWhileEveryStatementFails) {
                  "$$BEGIN RAISE EXCEPTION 'backend going away' USING ERRCODE = '57P01'; END$$");
         tx.exec0("CREATE TRIGGER simba_test_backoff BEFORE INSERT OR UPDATE ON simba_mutex FOR EACH ROW"
                  " WHEN (NEW.mutex = " + tx.quote(m) + ") EXECUTE FUNCTION public.simba_test_backoff()");
+        // The session's open and keepalives too (the test runs alone).
+        tx.exec0("CREATE TRIGGER simba_test_backoff BEFORE INSERT OR UPDATE ON simba_session_lease"
+                 " FOR EACH ROW EXECUTE FUNCTION public.simba_test_backoff()");
     }
     auto opts = test_options("backoff");
     opts.reconnect_initial = 100ms;
@@ -1093,21 +1089,22 @@ TEST(HundredThousandServices, AllOwnRenewAndStop) {
     std::printf("%d services: start() returned after %lld ms, all own after %lld ms\n", n,
                 static_cast<long long>(posted.count()), static_cast<long long>(started.count()));
 
-    // Every lease renewed at least once (the rows are new: version 1 at the
-    // grant), by its first owner and in the tenure it had when all owned
+    // Every lease renewed at least once (its end, or its session's, moved
+    // on since all owned), by its first owner and in the tenure it had then
     // (the same fence: never lost and taken again), and still held. A
-    // renewal is due about one ttl (10 s) after the grant.
+    // renewal (or keepalive) is due about one ttl (10 s) after the grant.
     {
         pqxx::nontransaction tx(*db);
-        tx.exec_params0("CREATE TEMP TABLE granted AS SELECT mutex, fence FROM simba_mutex WHERE mutex LIKE $1",
+        tx.exec_params0("CREATE TEMP TABLE granted AS SELECT mutex, fence, transition_at FROM simba_mutex_status"
+                        " WHERE mutex LIKE $1",
                         prefix + "-%");
     }
     auto renewed = [&] {
         pqxx::nontransaction tx(*db);
         return tx.exec_params1(
-                     "SELECT count(*) FROM simba_mutex m JOIN granted g USING (mutex, fence) "
-                     "WHERE m.version >= 2 AND m.owner_id = 'c' || substr(m.mutex, length($1) + 2) "
-                     "AND m.transition_at > clock_timestamp()",
+                     "SELECT count(*) FROM simba_mutex_status m JOIN granted g USING (mutex, fence) "
+                     "WHERE m.transition_at > g.transition_at AND m.owner_id = 'c' || substr(m.mutex, length($1) + 2) "
+                     "AND m.state <> 'free'",
                      prefix)[0]
             .as<int>();
     };

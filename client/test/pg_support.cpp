@@ -53,6 +53,24 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     return true;
 }
 
+bool renewed_on_server(pqxx::connection& c, const std::string& mutex, int n, std::chrono::milliseconds timeout) {
+    auto lease_end = [&] {
+        pqxx::nontransaction tx(c);
+        return tx.exec_params1("SELECT transition_at::text FROM simba_mutex_status WHERE mutex = $1", mutex)[0]
+            .as<std::string>(std::string());
+    };
+    auto last = lease_end();
+    int seen = 0;
+    return eventually(
+        [&] {
+            auto now = lease_end();
+            if (now != last && !now.empty()) ++seen;
+            last = now;
+            return seen >= n;
+        },
+        timeout);
+}
+
 std::string owner_of(pqxx::connection& c, const std::string& mutex) {
     pqxx::nontransaction tx(c);
     auto r = tx.exec_params1("SELECT owner_id FROM simba_owner($1)", mutex);

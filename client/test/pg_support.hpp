@@ -53,6 +53,11 @@ std::string owner_of(pqxx::connection& c, const std::string& mutex);
 /// itself may still be live there a moment after its holder gave up.)
 bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std::string& id, std::int64_t fence);
 
+/// Waits until the server has renewed `mutex`'s lease `n` times: the end
+/// simba_mutex_status shows for it (its own lease's, or its session's) moved
+/// on n times. False if that took longer than `timeout`.
+bool renewed_on_server(pqxx::connection& c, const std::string& mutex, int n, std::chrono::milliseconds timeout);
+
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);
 

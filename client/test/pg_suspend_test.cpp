@@ -179,8 +179,9 @@ TEST(Suspend, ARenewalThatGetsThroughResumesTheSameTenure) {
 }
 
 TEST(Suspend, ARenewalFailingOnALiveConnectionSuspendsAndItsRetryResumes) {
-    // No network fault: the owner's row is locked by another transaction,
-    // so the renewal fails by lock_timeout (55P03) and the connection stays
+    // No network fault: the owner's row (and its session's) is locked by
+    // another transaction, so the renewal (or the session's keepalive) fails
+    // by lock_timeout (55P03) and the connection stays
     // up. The failure suspends the owner; once the lock goes, the retry
     // (a quarter of the ttl later) renews and resumes it.
     LogCapture logs;
@@ -195,6 +196,9 @@ TEST(Suspend, ARenewalFailingOnALiveConnectionSuspendsAndItsRetryResumes) {
     {
         pqxx::work tx(*blocker);
         tx.exec_params("SELECT 1 FROM simba_mutex WHERE mutex = $1 FOR UPDATE", m);
+        tx.exec_params("SELECT 1 FROM simba_session_lease WHERE session_id ="
+                       " (SELECT session_id FROM simba_mutex WHERE mutex = $1) FOR UPDATE",
+                       m);
         ASSERT_TRUE(a->wait_for(2, 10s));
         EXPECT_EQ(a->events()[1].kind, K::suspended);
         EXPECT_GE(logs.count_containing("55P03"), 1);

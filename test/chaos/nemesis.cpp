@@ -249,8 +249,8 @@ private:
             auto c = connect(1);  // the callers poll: one attempt, bounded by connect_timeout
             pqxx::nontransaction tx(*c);
             auto r = tx.exec(
-                "SELECT mutex, owner_id, (extract(epoch FROM transition_at) * 1000000)::int8 FROM simba_mutex"
-                " WHERE owner_id IS NOT NULL AND transition_at > clock_timestamp() ORDER BY mutex");
+                "SELECT mutex, owner_id, (extract(epoch FROM transition_at) * 1000000)::int8 FROM simba_mutex_status"
+                " WHERE owner_id IS NOT NULL ORDER BY mutex");  // the view: live leases, or their session's
             for (const auto& row : r) {
                 Owner o{row[0].as<std::string>(), row[1].as<std::string>(), -1, row[2].as<std::int64_t>()};
                 if (std::find(a_.mutexes.begin(), a_.mutexes.end(), o.mutex) == a_.mutexes.end()) continue;

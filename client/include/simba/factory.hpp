@@ -52,6 +52,14 @@ struct FactoryOptions {
     /// it on the role (ALTER ROLE app SET statement_timeout = '2s') or use the
     /// pooler's query_timeout. Lease deadlines hold either way.
     bool pooled = false;
+    /// Sessions (extension 1.4): the factory opens one session per lease
+    /// length (ttl, transition) its services use and takes every tenure under
+    /// it; one keepalive per period renews them all, whatever their number,
+    /// and a process that dies loses them all together. A tenure's local
+    /// deadline follows the keepalive that proved it (send time + lease -
+    /// margin), as a renewal's does. false: each tenure is a lease of its own,
+    /// renewed on its own (Simba's protocol, the client before 1.4).
+    bool sessions = true;
     /// Sent as application_name on both connections (unless the connection
     /// string sets one); lets operators and tests find them in pg_stat_activity.
     std::string application_name = "simba-client";

@@ -1,0 +1,61 @@
+// simba client (internal): a factory's sessions (docs/design.md, "Sessions"
+// and "Client"). One per lease length (ttl, transition) its services use,
+// opened by the first attempt that needs it. Its keepalive, one statement
+// per period whatever the number of tenures under it, renews them all; once
+// no running service uses it, it is closed at its next keepalive instead;
+// at shutdown one statement per session releases everything. I/O state:
+// the factory's io_m.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <unordered_set>
+#include <utility>
+
+#include "service_core.hpp"
+#include "statements.hpp"
+
+namespace simba::pg::detail {
+
+struct SessionLease {
+    SessionLease(std::chrono::microseconds t, std::chrono::microseconds tr) : ttl(t), transition(tr) {}
+    const std::chrono::microseconds ttl;
+    const std::chrono::microseconds transition;
+    SessionProof proof;  // the open or keepalive that last proved it; proof.id empty: none open
+    SteadyClock::time_point next_at = SteadyClock::time_point::max();  // its keepalive is due (max: none open)
+    std::unordered_set<ServicePtr> members;  // the running services of this lease length
+
+    [[nodiscard]] bool is_open() const { return !proof.id.empty(); }
+    /// The end of the session as its last proof shows it on the steady clock.
+    [[nodiscard]] SteadyClock::time_point end() const { return proof.lease.transition_deadline(); }
+};
+
+class Sessions {
+public:
+    /// The session of `svc`'s lease length (created, not opened, on first use).
+    SessionLease& of(const ServiceCore& svc);
+    void join(const ServicePtr& svc) { of(*svc).members.insert(svc); }
+    void leave(const ServicePtr& svc) { of(*svc).members.erase(svc); }
+    /// A session whose keepalive is due by `now`, or nullptr.
+    SessionLease* due(SteadyClock::time_point now);
+    [[nodiscard]] SteadyClock::time_point next_due() const;
+    /// Every open session's keepalive is due now (after a reconnect).
+    void all_due(SteadyClock::time_point now);
+    std::map<std::pair<std::int64_t, std::int64_t>, SessionLease>& all() { return leases_; }
+
+    // One statement each on `c`; they throw what the statement throws.
+    /// Opens `l` (a new session id) and times its first keepalive.
+    static void open(pqxx::connection& c, SessionLease& l);
+    /// Renews `l`; returns whether its `revoked` count grew (an admin took
+    /// one of its tenures: the holders check theirs).
+    static bool keepalive(pqxx::connection& c, SessionLease& l);
+    /// Closes `l` (releasing what it holds) and forgets it.
+    static void close(pqxx::connection& c, SessionLease& l);
+
+private:
+    static void proven(SessionLease& l, const pqxx::row& row, SteadyClock::time_point anchor);
+
+    std::map<std::pair<std::int64_t, std::int64_t>, SessionLease> leases_;
+};
+
+}  // namespace simba::pg::detail
