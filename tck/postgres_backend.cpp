@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <pqxx/pqxx>
 #include <thread>
@@ -42,13 +43,16 @@ struct Admin {
 
 std::string role_of(const std::string& tag) { return "regress_simba_tck_" + tag; }
 
+// A tenure under a session has the session's lease (its own times are only
+// for show): the row's times are read from the session when it has one.
 const char* const kRowSql =
     "SELECT m.owner_id, m.fence, m.version,"
     " (extract(epoch FROM m.acquired_at) * 1000000)::int8,"
-    " (extract(epoch FROM m.ttl_at) * 1000000)::int8,"
-    " (extract(epoch FROM m.transition_at) * 1000000)::int8,"
+    " (extract(epoch FROM COALESCE(s.ttl_at, m.ttl_at)) * 1000000)::int8,"
+    " (extract(epoch FROM COALESCE(s.transition_at, m.transition_at)) * 1000000)::int8,"
     " (extract(epoch FROM c.t) * 1000000)::int8"
-    " FROM (SELECT clock_timestamp() AS t) c LEFT JOIN simba_mutex m ON m.mutex = $1";
+    " FROM (SELECT clock_timestamp() AS t) c LEFT JOIN simba_mutex m ON m.mutex = $1"
+    " LEFT JOIN simba_session_lease s ON s.session_id = m.session_id";
 
 std::int64_t or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
 
@@ -97,6 +101,10 @@ Backend detail::postgres_backend_via(std::string name, std::string pooler_dsn, s
         });
         pg::FactoryOptions o;
         o.application_name = tag;
+        // SIMBA_TCK_SESSIONS=0: a lease per tenure (the TCK runs in both modes;
+        // the workers inherit it).
+        const char* sessions = std::getenv("SIMBA_TCK_SESSIONS");
+        o.sessions = !(sessions && std::string(sessions) == "0");
         o.reconnect_initial = std::chrono::milliseconds(50);
         o.reconnect_max = std::chrono::milliseconds(200);
         if (pooler_dsn.empty()) return std::make_unique<pg::ContendServiceFactory>("user=" + role, o);
