@@ -80,6 +80,11 @@ PG_CFLAGS += -Werror
 endif
 PG_CPPFLAGS = -DSIMBA_VERSION='"$(EXTVERSION)"'
 
+# The regress tests' names (test/valgrind/run.sh may leave some out).
+.PHONY: print-regress
+print-regress:
+	@echo $(REGRESS)
+
 META.json: META.json.in $(EXTENSION_DIR)/simba.control
 	sed 's/@EXTVERSION@/$(EXTVERSION)/g' $< > $@
 
