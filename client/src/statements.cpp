@@ -77,7 +77,9 @@ bool permanent_sqlstate(const std::string& s) {
 std::string with_setup_hint(const std::string& state, std::string msg) {
     if (msg.find("simba_") == std::string::npos) return msg;
     if (state == "42883" || state == "42501") msg = msg.substr(0, msg.find('\n'));
-    if (state == "42883") return msg + " (is the simba extension installed in this database? CREATE EXTENSION simba)";
+    if (state == "42883")
+        return msg + " (is the simba extension installed in this database, at its latest version? CREATE EXTENSION"
+                     " simba, or ALTER EXTENSION simba UPDATE)";
     if (state == "42501") return msg + " (a superuser grants simba to a role: SELECT simba_grant('role'))";
     return msg;
 }
