@@ -61,9 +61,9 @@ fi
 psql -XqAt -c "CREATE EXTENSION IF NOT EXISTS simba" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 
 if [ "$quick" = 1 ]; then
-  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --warmup 12 --window 10); b5=(--batches 3); b6=(--cycles 100000)
+  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --per-lock 10000 --warmup 12 --window 10); b5=(--batches 3); b6=(--cycles 100000)
 else
-  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --warmup 15 --window 20); b5=(--batches 6); b6=(--cycles 1000000)
+  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --per-lock 10000 --warmup 15 --window 20); b5=(--batches 6); b6=(--cycles 1000000)
 fi
 
 rc=0

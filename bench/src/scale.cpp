@@ -6,8 +6,11 @@
 // connections (the factory and pg_stat_activity), RSS, CPU % of this
 // process and of its server backends, and the statements reaching the
 // server (pg_stat_statements, top level). The factory batches due attempts
-// (FactoryOptions::batch_max, 100); sizes listed in --unbatched run again
-// with batch_max = 1, one statement per call, as the baseline. Calls =
+// (FactoryOptions::batch_max, 100) and takes every lock under one session
+// (FactoryOptions::sessions: one keepalive a period renews them all); sizes
+// listed in --per-lock run again with a lease per lock (each owner renews,
+// batched), and those in --unbatched with a lease per lock and batch_max =
+// 1, one statement per call: the baselines, in the same run. Calls =
 // simba_acquire calls (the factory's acquire_calls); owner calls are
 // renewals (sum of version over the mutexes), waiter calls the rest;
 // statements are shared out between them in proportion to their calls.
@@ -56,16 +59,24 @@ int main(int argc, char** argv) {
     std::string json_path;
     Options cli("benchmark 4: N services on N/2 mutexes in one process");
     cli.add_option("--services", sizes, "service counts, batched (comma-separated)")->delimiter(',');
-    cli.add_option("--unbatched", unbatched, "service counts run again with batch_max = 1")->delimiter(',');
+    cli.add_option("--unbatched", unbatched, "service counts run again per lock with batch_max = 1")->delimiter(',');
+    std::vector<int> per_lock;
+    cli.add_option("--per-lock", per_lock, "service counts run again with a lease per lock, batched")->delimiter(',');
     cli.add_option("--ttl", ttl_s, "lease ttl, seconds");
     cli.add_option("--transition", tr_s, "lease transition, seconds");
     cli.add_option("--warmup", warmup, "seconds before the measured window");
     cli.add_option("--window", window, "measured seconds");
     cli.add_option("--json", json_path, "write the results here");
     CLI11_PARSE(cli, argc, argv);
-    std::vector<std::pair<int, int>> runs;  // (services, batch_max)
-    for (int n : sizes) runs.push_back({n, simba::pg::FactoryOptions{}.batch_max});
-    for (int n : unbatched) runs.push_back({n, 1});
+    struct Run {
+        int services, batch_max;
+        bool sessions;
+    };
+    std::vector<Run> runs;
+    const int batch = simba::pg::FactoryOptions{}.batch_max;
+    for (int n : sizes) runs.push_back({n, batch, true});
+    for (int n : per_lock) runs.push_back({n, batch, false});
+    for (int n : unbatched) runs.push_back({n, 1, false});
     Conn mon;
     mon.exec("SET client_min_messages = warning");
     mon.exec("CREATE EXTENSION IF NOT EXISTS simba");
@@ -79,13 +90,13 @@ int main(int argc, char** argv) {
                 " warm-up %.0f s, window %.0f s\n", ttl_s, tr_s, warmup, window);
     std::fflush(stdout);
     Table t;
-    t.rows.push_back({"services", "batch", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
+    t.rows.push_back({"services", "leases", "batch", "threads", "conns", "RSS MB", "client CPU %", "server CPU %", "stmts/s",
                       "calls/stmt", "owner calls/ttl", "waiter calls/(ttl+tr)", "owner stmt/ttl",
                       "waiter stmt/(ttl+tr)", "other stmts/s", "start s", "stop s"});
     Json json{{"ttl_s", ttl_s}, {"transition_s", tr_s}, {"window_s", window}, {"results", Json::array()}};
     for (std::size_t si = 0; si < runs.size(); ++si) {
-        const auto [n, batch_max] = runs[si];
-        const std::string tag = std::to_string(n) + "-" + std::to_string(batch_max);
+        const auto [n, batch_max, sessions] = runs[si];
+        const std::string tag = std::to_string(n) + "-" + std::to_string(batch_max) + (sessions ? "-s" : "-l");
         const std::string prefix = "bench-scale-" + tag + "-";
         const std::string app = "simba-bench-scale-" + tag;
         int threads0 = thread_count();
@@ -93,6 +104,7 @@ int main(int argc, char** argv) {
         simba::pg::FactoryOptions fo;
         fo.application_name = app;
         fo.batch_max = batch_max;
+        fo.sessions = sessions;
         double t_start = now_us();
         std::vector<std::unique_ptr<simba::MutexContendService>> svcs;
         {
@@ -116,18 +128,19 @@ int main(int argc, char** argv) {
             auto pids = backend_pids(mon, app);
             // Only the counter is kept: a metrics snapshot of 10,000 services
             // is megabytes, which RSS must not count. RSS is read first.
-            const auto calls_a = factory.metrics().acquire_calls;
+            const auto m_a = factory.metrics();
             auto a = snap(mon, prefix, pids);
             int threads = thread_count() - threads0;
             sleep_ms(window * 1000);
             long rss = rss_kb();
             auto b = snap(mon, prefix, pids);
-            const auto calls_b = factory.metrics().acquire_calls;
+            const auto m_b = factory.metrics();
+            const double keepalives = static_cast<double>(m_b.session_statements - m_a.session_statements);
             double secs = (b.t - a.t) / 1e6;
             int conns = factory.connection_count();
             long server_conns = static_cast<long>(pids.size());
             double stmts = (b.acquire_calls - a.acquire_calls) / secs;
-            double calls = static_cast<double>(calls_b - calls_a) / secs;
+            double calls = static_cast<double>(m_b.acquire_calls - m_a.acquire_calls) / secs;
             double renewals = (b.versions - a.versions) / secs;
             double per_call = calls > 0 ? stmts / calls : 0;
             double owner_calls = renewals / (n / 2) * ttl_s;
@@ -140,14 +153,18 @@ int main(int argc, char** argv) {
             for (auto& s : svcs) s->stop();
             double stopped = (now_us() - t_stop) / 1e6;
             svcs.clear();
-            t.rows.push_back({std::to_string(n), std::to_string(batch_max), std::to_string(threads),
+            t.rows.push_back({std::to_string(n), sessions ? "session" : "per lock", std::to_string(batch_max),
+                              std::to_string(threads),
                               std::to_string(conns) + " (server " + std::to_string(server_conns) + ")",
                               fmt(rss / 1024.0, 1) + " (+" + fmt((rss - rss0) / 1024.0, 1) + ")", fmt(cpu, 1),
                               fmt(scpu, 1), fmt(stmts, 1), fmt(calls / std::max(stmts, 1e-9), 1), fmt(owner_calls, 2),
                               fmt(waiter_calls, 2), fmt(owner_per_ttl, 3), fmt(waiter_per_lease, 3),
-                              fmt(other, 2), fmt(started, 2), fmt(stopped, 2)});
+                              fmt(other, 2) + (sessions ? " (" + fmt(keepalives / secs, 2) + " keepalive)" : ""),
+                              fmt(started, 2), fmt(stopped, 2)});
             json["results"].push_back({{"services", n},
                                        {"batch_max", batch_max},
+                                       {"sessions", sessions},
+                                       {"session_statements_per_s", keepalives / secs},
                                        {"calls_per_s", calls},
                                        {"owner_calls_per_ttl", owner_calls},
                                        {"waiter_calls_per_ttl_plus_transition", waiter_calls},
