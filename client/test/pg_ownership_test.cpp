@@ -10,8 +10,9 @@
 //  - every tenure a service claims (a fence it reports as owner) is one the
 //    server granted to that service (simba_mutex_history, simba.history on);
 //  - no claim is made after the server's end of that tenure: its release, or
-//    the transition_at of its last renewal (every committed version of the
-//    row is logged by a trigger of the test's own); server times are carried
+//    the transition_at of its last renewal, or of its session's last
+//    keepalive (every committed version of the mutex and session rows is
+//    logged by triggers of the test's own); server times are carried
 //    onto the client's boot clock exactly (simba's clock counts the same
 //    CLOCK_BOOTTIME) up to a measured calibration error, which is always
 //    given to the client;
@@ -133,7 +134,7 @@ struct Watched {
 struct Tenure {
     std::string owner;
     std::int64_t start = 0;   // acquired_at of its grant
-    std::int64_t end = 0;     // release, or transition_at of its last renewal
+    std::int64_t end = 0;     // release, or transition_at of its last renewal (or keepalive)
     bool released = false;
     int versions = 0;
 };
@@ -159,20 +160,30 @@ Offset calibrate(pqxx::connection& c) {
 }
 
 /// The test's own record of every committed version of the mutex rows and
-/// of every release, with simba's clock at the release.
+/// of every release, with simba's clock at the release; and of every
+/// version of the session rows (a keepalive renews the tenures under it).
 void install_tenure_log(pqxx::connection& c) {
     pqxx::nontransaction tx(c);
     tx.exec0("CREATE TABLE regress_tenure_log (id bigserial PRIMARY KEY, mutex text, fence int8, owner_id text,"
-             " acquired_us int8, transition_us int8, released_us int8)");
+             " acquired_us int8, transition_us int8, released_us int8, session_id uuid)");
+    tx.exec0("CREATE TABLE regress_session_log (session_id uuid, transition_us int8)");
+    tx.exec0(
+        "CREATE FUNCTION public.regress_session_log() RETURNS trigger LANGUAGE plpgsql"
+        " SET search_path = pg_catalog AS $$ BEGIN"
+        "  INSERT INTO public.regress_session_log VALUES"
+        "    (NEW.session_id, (extract(epoch FROM NEW.transition_at) * 1000000)::int8);"
+        "  RETURN NULL; END $$");
+    tx.exec0("CREATE TRIGGER regress_session_log AFTER INSERT OR UPDATE ON simba_session_lease FOR EACH ROW"
+             " EXECUTE FUNCTION public.regress_session_log()");
     // Runs inside simba's SECURITY DEFINER functions (search_path pg_catalog):
     // every name qualified.
     tx.exec0(
         "CREATE FUNCTION public.regress_tenure_log() RETURNS trigger LANGUAGE plpgsql"
         " SET search_path = pg_catalog AS $$ BEGIN"
         "  IF NEW.owner_id IS NOT NULL THEN"
-        "    INSERT INTO public.regress_tenure_log (mutex, fence, owner_id, acquired_us, transition_us)"
+        "    INSERT INTO public.regress_tenure_log (mutex, fence, owner_id, acquired_us, transition_us, session_id)"
         "    VALUES (NEW.mutex, NEW.fence, NEW.owner_id, (extract(epoch FROM NEW.acquired_at) * 1000000)::int8,"
-        "            (extract(epoch FROM NEW.transition_at) * 1000000)::int8);"
+        "            (extract(epoch FROM NEW.transition_at) * 1000000)::int8, NEW.session_id);"
         "  ELSIF TG_OP = 'UPDATE' AND OLD.owner_id IS NOT NULL THEN"
         "    INSERT INTO public.regress_tenure_log (mutex, fence, owner_id, released_us)"
         "    SELECT OLD.mutex, OLD.fence, OLD.owner_id, (extract(epoch FROM c.now) * 1000000)::int8"
@@ -187,8 +198,10 @@ std::map<std::int64_t, Tenure> server_tenures(pqxx::connection& c, const std::st
     std::map<std::int64_t, Tenure> out;
     pqxx::nontransaction tx(c);
     auto rows = tx.exec_params(
-        "SELECT fence, owner_id, acquired_us, transition_us, released_us FROM regress_tenure_log"
-        " WHERE mutex = $1 ORDER BY id",
+        "SELECT l.fence, l.owner_id, l.acquired_us,"
+        " greatest(l.transition_us, (SELECT max(s.transition_us) FROM regress_session_log s"
+        "                             WHERE s.session_id = l.session_id)),"
+        " l.released_us FROM regress_tenure_log l WHERE l.mutex = $1 ORDER BY l.id",
         mutex);
     for (const auto& r : rows) {
         auto& t = out[r[0].as<std::int64_t>()];
