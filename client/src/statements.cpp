@@ -71,17 +71,17 @@ bool permanent_sqlstate(const std::string& s) {
            s == "3D000" || s == "28000" || s == "28P01";
 }
 
-/// The two setup mistakes a new user meets first, said in their terms: the
-/// server's own text names a function simba's statement called, with the
-/// statement's position and a hint about casts that do not apply.
-std::string with_setup_hint(const std::string& state, std::string msg) {
-    if (msg.find("simba_") == std::string::npos) return msg;
-    if (state == "42883" || state == "42501") msg = msg.substr(0, msg.find('\n'));
-    if (state == "42883")
-        return msg + " (is the simba extension installed in this database, at its latest version? CREATE EXTENSION"
-                     " simba, or ALTER EXTENSION simba UPDATE)";
-    if (state == "42501") return msg + " (a superuser grants simba to a role: SELECT simba_grant('role'))";
-    return msg;
+/// The two setup mistakes a new user meets first, said in their terms. The
+/// server's own text names a function simba's statement called, then gives
+/// that statement's position and a hint about casts: only its first line
+/// is kept.
+std::string with_setup_hint(const std::string& state, const std::string& msg) {
+    const char* hint = state == "42883" ? "is the simba extension installed in this database, at its latest"
+                                          " version? CREATE EXTENSION simba, or ALTER EXTENSION simba UPDATE"
+                       : state == "42501" ? "a superuser grants simba to a role: SELECT simba_grant('role')"
+                                          : nullptr;
+    if (!hint || msg.find("simba_") == std::string::npos) return msg;
+    return msg.substr(0, msg.find('\n')) + " (" + hint + ")";
 }
 
 std::exception_ptr typed_error(const std::exception& e, bool lost) {

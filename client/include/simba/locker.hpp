@@ -9,8 +9,8 @@
 //   std::unique_lock<simba::Locker> maybe(lock, 2s);       // try_lock_for: a timeout is false
 //
 // Loss is final: a hold is one tenure with one fence. Once it ends other
-// than by unlock() (its lease ran out, an operator's simba_force_release, a
-// renewal refused), is_owner() stays false, lease() is empty, on_lost runs,
+// than by unlock() (its lease or its session ran out, an operator's
+// simba_force_release, a renewal refused), is_owner() stays false, lease() is empty, on_lost runs,
 // and nothing takes the lock again until the caller asks (unlock(), then
 // lock() again: a new tenure with a new fence).
 //
