@@ -52,14 +52,6 @@ struct FactoryOptions {
     /// it on the role (ALTER ROLE app SET statement_timeout = '2s') or use the
     /// pooler's query_timeout. Lease deadlines hold either way.
     bool pooled = false;
-    /// Sessions (extension 1.4): the factory opens one session per lease
-    /// length (ttl, transition) its services use and takes every tenure under
-    /// it; one keepalive per period renews them all, whatever their number,
-    /// and a process that dies loses them all together. A tenure's local
-    /// deadline follows the keepalive that proved it (send time + lease -
-    /// margin), as a renewal's does. false: each tenure is a lease of its own,
-    /// renewed on its own (Simba's protocol, the client before 1.4).
-    bool sessions = true;
     /// Sent as application_name on both connections (unless the connection
     /// string sets one); lets operators and tests find them in pg_stat_activity.
     std::string application_name = "simba-client";
@@ -119,6 +111,15 @@ struct FactoryOptions {
     /// again. Semaphore::acquire() retries for a NOTIFY no sooner than this
     /// after its last try. Must be positive.
     std::chrono::milliseconds notify_min_interval{100};
+    /// Sessions (extension 1.4; last, so that code initialising the fields
+    /// above by position keeps its meaning): the factory opens one session per lease
+    /// length (ttl, transition) its services use and takes every tenure under
+    /// it; one keepalive per period renews them all, whatever their number,
+    /// and a process that dies loses them all together. A tenure's local
+    /// deadline follows the keepalive that proved it (send time + lease -
+    /// margin), as a renewal's does. false: each tenure is a lease of its own,
+    /// renewed on its own (Simba's protocol, the client before 1.4).
+    bool sessions = true;
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one
