@@ -125,13 +125,17 @@ const char* Contention::session_for(const ServicePtr& svc) {
     if (!options_.sessions) return nullptr;
     auto& l = sessions_.of(*svc);
     if (!l.is_open()) {
-        metrics_.count_session_statement();
         auto watch = watchdog_.watch(conn_.stmt().sock());
-        Sessions::open(conn_.stmt(), l);
-        log(LogLevel::debug, "opened session " + l.proof.id);
+        open(l);
     }
     svc->session = l.proof.id;
     return svc->session.c_str();
+}
+
+void Contention::open(SessionLease& l) {
+    metrics_.count_session_statement();
+    Sessions::open(conn_.stmt(), l);
+    log(LogLevel::debug, "opened session " + l.proof.id);
 }
 
 /// A tenure under a session lives by the session's keepalives, not by
@@ -154,7 +158,7 @@ bool Contention::rearm(const ServicePtr& svc) {
 /// One keepalive renews every tenure under the session. A session no
 /// running service uses is closed instead.
 void Contention::keepalive(SessionLease& l) {
-    if (l.members.empty()) return close_session(l, "no service uses it");
+    if (l.unused()) return close_session(l, "nothing is held under it");
     metrics_.count_session_statement();
     try {
         bool revoked;
@@ -174,11 +178,11 @@ void Contention::keepalive(SessionLease& l) {
             s->verify = true;  // an admin took one of the session's tenures: each holder checks its own
             schedule(s, now);
         }
+        for (auto& h : l.holders) h->kept(l.proof.lease);
     } catch (const std::exception& e) {
         if (conn_.statement_failed(e, "keepalive of session " + l.proof.id)) return;  // due again on reconnect
         if (sqlstate_of(e) == "SB004") return session_ended(l);
-        for (auto& s : l.members)
-            if (s->session == l.proof.id) events_.suspend(s);
+        suspend(l);
         const auto quarter = std::chrono::duration_cast<milliseconds>(l.ttl / 4);
         l.next_at = SteadyClock::now() + std::max(milliseconds(10), std::min(options_.retry_delay, quarter));
     }
@@ -188,10 +192,9 @@ void Contention::keepalive(SessionLease& l) {
 /// any more. Its tenures end now; its services contend again (a single
 /// tenure's is over), under a new session.
 void Contention::session_ended(SessionLease& l) {
-    const auto id = std::move(l.proof.id);
-    l.proof = {};
-    l.next_at = SteadyClock::time_point::max();
-    log(LogLevel::warning, "session " + id + " has ended on the server: its tenures are lost");
+    const auto id = Sessions::forget(l);
+    log(LogLevel::warning, "session " + id + " has ended on the server: its tenures and permits are lost");
+    end_holders(l, "its session ended on the server");
     const auto now = SteadyClock::now();
     for (auto& s : l.members) {
         if (s->session != id) continue;
@@ -220,6 +223,7 @@ void Contention::close_session(SessionLease& l, const char* why) {
 
 void Contention::close_sessions() {
     for (auto& [key, l] : sessions_.all()) {
+        end_holders(l, "the factory shut down");
         if (!l.is_open()) continue;
         // Each tenure ends here before the close can hand it to a waiter
         // (as stop() does): the rows stop() would release go with the session.
@@ -233,6 +237,42 @@ void Contention::close_sessions() {
     }
 }
 
+/// The tenures under `l` are suspended: a keepalive failed, or the
+/// connection was lost (the keepalive is due again on reconnect).
+void Contention::suspend(SessionLease& l) {
+    for (auto& s : l.members)
+        if (s->session == l.proof.id) events_.suspend(s);
+    for (auto& h : l.holders) h->keepalive_failed();
+}
+
+void Contention::end_holders(SessionLease& l, const char* why) {
+    for (auto& h : std::exchange(l.holders, {})) h->ended(why);
+}
+
+// ----------------------------------------------------------------- permits
+
+bool Contention::grant_in_session(const HolderPtr& holder, const std::function<bool(const SessionProof*)>& grant) {
+    if (!options_.sessions) return grant(nullptr);
+    auto& l = sessions_.of(holder->ttl, holder->transition);
+    for (int tries = 0;; ++tries) {
+        if (!l.is_open()) open(l);  // watched by the caller (Io::run)
+        try {
+            if (!grant(&l.proof)) return false;
+        } catch (const std::exception& e) {
+            // Its session ended before the grant: once more under a new one.
+            if (tries > 0 || sqlstate_of(e) != "SB004") throw;
+            session_ended(l);
+            continue;
+        }
+        l.holders.insert(holder);
+        return true;
+    }
+}
+
+void Contention::leave(const HolderPtr& holder) {
+    sessions_.of(holder->ttl, holder->transition).holders.erase(holder);
+}
+
 void Contention::setup_failed(const std::exception_ptr& error) {
     for (auto& s : registry_.all()) {
         std::lock_guard<std::mutex> lock(s->m);
@@ -242,6 +282,8 @@ void Contention::setup_failed(const std::exception_ptr& error) {
 
 void Contention::connection_lost() {
     for (auto& s : registry_.all()) events_.suspend(s);
+    for (auto& [key, l] : sessions_.all())
+        for (auto& h : l.holders) h->keepalive_failed();
 }
 
 void Contention::notified(const std::vector<std::string>& names) {

@@ -4,6 +4,7 @@
 // early attempts. I/O state: every call holds the factory's io_m.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ public:
     /// Shutdown: every session is closed, one statement each releasing all
     /// it holds; its services' tenures end here first.
     void close_sessions();
+    /// A permit's grant (detail::Io::grant_in_session).
+    bool grant_in_session(const HolderPtr& holder, const std::function<bool(const SessionProof*)>& grant);
+    /// `holder`'s permit is no longer held: its session no longer keeps it.
+    void leave(const HolderPtr& holder);
     /// When the next attempt or keepalive is due.
     SteadyClock::time_point next_due() { return std::min(queue_.next_due(), sessions_.next_due()); }
 
@@ -68,10 +73,13 @@ private:
     std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
     void update_statement_timeout();
     const char* session_for(const ServicePtr& svc);
+    void open(SessionLease& l);
     bool rearm(const ServicePtr& svc);
     void keepalive(SessionLease& l);
     void session_ended(SessionLease& l);
     void close_session(SessionLease& l, const char* why);
+    void suspend(SessionLease& l);
+    void end_holders(SessionLease& l, const char* why);
 
     const FactoryOptions& options_;
     Connections& conn_;

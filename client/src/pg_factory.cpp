@@ -178,6 +178,15 @@ struct ContendServiceFactory::Core final : detail::Io {
         });
     }
 
+    bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
+                          const std::function<bool(const SessionProof*)>& grant) override {
+        return contention.grant_in_session(holder, grant);
+    }
+
+    void leave_session(std::shared_ptr<SessionHolder> holder) override {
+        post_io([this, holder = std::move(holder)] { contention.leave(holder); });
+    }
+
     bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
     std::exception_ptr setup_error() const override { return connections.setup_error(); }
 

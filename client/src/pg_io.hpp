@@ -18,6 +18,9 @@ class ContendServiceFactory;
 
 namespace simba::pg::detail {
 
+class SessionHolder;
+struct SessionProof;
+
 class Io {
 public:
     virtual ~Io() = default;
@@ -28,6 +31,17 @@ public:
     /// Returns false, running nothing, once the factory is shutting down.
     virtual bool run(std::function<void(pqxx::connection&)> fn,
                      std::function<void(std::exception_ptr)> failed) = 0;
+    /// Inside run()'s fn: runs `grant` with the session of `holder`'s lease
+    /// length (its open or last keepalive), opened first if none is, or
+    /// with nullptr without FactoryOptions::sessions. If `grant` returns
+    /// true, `holder` is kept by that session from then on. A session that
+    /// ended on the server (SB004) is replaced once. Throws what the open
+    /// or `grant` throws.
+    virtual bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
+                                  const std::function<bool(const SessionProof*)>& grant) = 0;
+    /// From any thread: `holder` holds nothing any more; its session no
+    /// longer keeps it.
+    virtual void leave_session(std::shared_ptr<SessionHolder> holder) = 0;
     /// Waits until both connections are up, or `until`, or setup_error()
     /// is set; returns whether they are up.
     virtual bool wait_connected(SteadyClock::time_point until) = 0;

@@ -1,9 +1,11 @@
 // simba client: Semaphore and Permit (see semaphore.hpp).
 //
 // Statements run on the factory's I/O thread with its statement connection
-// (detail::Io::run); the caller of try_acquire waits on a future. A permit's
-// refreshes are I/O-thread tasks, its lease watchdog a handle-thread task, so
-// a blocked statement cannot keep lost() false past the deadline.
+// (detail::Io::run); the caller of try_acquire waits on a future. Under
+// FactoryOptions::sessions a permit is granted under the factory's session
+// of its lease length and kept by its keepalives (SessionHolder); else its
+// own refreshes are I/O-thread tasks. Its lease watchdog is a handle-thread
+// task, so a blocked statement cannot keep lost() false past the deadline.
 //
 // Locking: State::m guards deadline, lost, released, suspended, the
 // callbacks and the running one; no lock is held while a callback or a
@@ -15,9 +17,11 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ownership.hpp"
 #include "pg_io.hpp"
+#include "sessions.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
 
@@ -26,14 +30,21 @@ namespace simba {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-struct Permit::State {
-    std::shared_ptr<pg::detail::Io> io;
-    std::string key;
+/// Under a session the permit is kept by the session of lease length
+/// (ttl/3, ttl - ttl/3): its keepalive comes a third of the ttl after the
+/// last, as a refresh of the permit's own would, and it ends ttl after it.
+struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_this<State> {
+    State(std::shared_ptr<pg::detail::Io> i, std::string k, microseconds t, SteadyClock::duration m)
+        : SessionHolder(t / 3, t - t / 3), io(std::move(i)), key(std::move(k)), ttl(t), margin(m) {}
+
+    const std::shared_ptr<pg::detail::Io> io;
+    const std::string key;
     std::string token;
     int slot = 0;
     std::int64_t fence = 0;
-    microseconds ttl{0};
-    SteadyClock::duration margin{0};  // lease_margin(): given up this much before the proven end
+    const microseconds ttl;
+    const SteadyClock::duration margin;  // lease_margin(): given up this much before the proven end
+    bool in_session = false;             // kept by a session, not by refreshes of its own
 
     std::mutex m;
     SteadyClock::time_point deadline{};
@@ -56,8 +67,28 @@ struct Permit::State {
             s->lost = true;
         }
         log(LogLevel::warning, "permit " + std::to_string(s->slot) + " of key " + s->key + " lost: " + why);
+        if (s->in_session) s->io->leave_session(s);
         run_on_lost(s);
     }
+
+    // SessionHolder: on the I/O thread.
+    void kept(const MutexOwner& session) override {
+        const auto proven = session.transition_deadline() - margin;
+        bool resumed, longer;
+        {
+            std::lock_guard<std::mutex> lock(m);
+            // As a refresh: never bridge a deadline that already passed.
+            if (!live_locked()) return;
+            longer = proven > deadline;
+            if (longer) deadline = proven;
+            resumed = std::exchange(suspended, false);
+        }
+        auto self = shared_from_this();
+        if (resumed) run_callback(self, [](State& st) { return st.on_resumed; });
+        if (longer) watch(self, proven);
+    }
+    void keepalive_failed() override { suspend(shared_from_this()); }
+    void ended(const char* why) override { lose(shared_from_this(), why); }
 
     /// Runs on_lost (once) on the handle thread, unless release() comes first.
     static void run_on_lost(const std::shared_ptr<State>& s) {
@@ -244,6 +275,7 @@ bool Permit::release() {
         if (state_->lost) return false;
     }
     auto st = state_;
+    if (st->in_session) st->io->leave_session(st);
     try {
         return call<bool>(*st->io, [st](pqxx::connection& c) {
             pqxx::nontransaction tx(c);
@@ -297,32 +329,36 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
     // run() says if it is not connected; a setup mistake is thrown at once.
     if (!io_->wait_connected(SteadyClock::now() + options_.connect_wait))
         if (auto e = io_->setup_error()) std::rethrow_exception(e);
-    auto st = std::make_shared<Permit::State>();
-    st->io = io_;
-    st->key = key;
-    st->ttl = ttl;
-    st->margin = detail::lease_margin(ttl, options_.release_margin, options_.clock_drift_ppm);
-    const auto sent = SteadyClock::now();
+    auto st = std::make_shared<Permit::State>(
+        io_, key, ttl, detail::lease_margin(ttl, options_.release_margin, options_.clock_drift_ppm));
+    SteadyClock::time_point sent;
     const std::string& holder = holder_;
     bool granted = call<bool>(*io_, [&](pqxx::connection& c) {
-        pqxx::nontransaction tx(c);
-        auto row = tx.exec_params1(
-            "SELECT slot, token::text, fence FROM simba_semaphore_acquire($1, $2, $3,"
-            " $4::int8 * interval '1 microsecond', NULLIF($5, ''))",
-            key, holder, permits, static_cast<std::int64_t>(microseconds(ttl).count()), context);
-        if (row[1].is_null()) return false;
-        st->slot = row[0].as<int>();
-        st->token = row[1].as<std::string>();
-        st->fence = row[2].as<std::int64_t>();
-        return true;
+        return io_->grant_in_session(st, [&](const pg::detail::SessionProof* session) {
+            sent = SteadyClock::now();
+            pqxx::nontransaction tx(c);
+            auto row = tx.exec_params1(
+                "SELECT slot, token::text, fence FROM simba_semaphore_acquire($1, $2, $3,"
+                " $4::int8 * interval '1 microsecond', NULLIF($5, ''), $6::uuid)",
+                key, holder, permits, static_cast<std::int64_t>(microseconds(ttl).count()), context,
+                session ? session->id.c_str() : nullptr);
+            if (row[1].is_null()) return false;
+            st->slot = row[0].as<int>();
+            st->token = row[1].as<std::string>();
+            st->fence = row[2].as<std::int64_t>();
+            st->in_session = session != nullptr;
+            // Under a session the permit lasts as long as the session, which
+            // its open or last keepalive proved. Else the server's expiry is
+            // its clock at the grant + ttl, and its clock read the request
+            // after we sent it: sent + ttl never outlives the permit. Less
+            // the margin either way, for a server clock that runs fast.
+            st->deadline = (session ? session->lease.transition_deadline() : sent + st->ttl) - st->margin;
+            return true;
+        });
     });
     if (!granted) return std::nullopt;
-    // The server's expiry is its clock at the grant + ttl, and its clock read
-    // the request after we sent it: sent + ttl never outlives the permit
-    // (less the margin, for a server clock that runs fast).
-    st->deadline = sent + st->ttl - st->margin;
     Permit::State::watch(st, st->deadline);
-    Permit::State::schedule_refresh(st, sent + st->ttl / 3);
+    if (!st->in_session) Permit::State::schedule_refresh(st, sent + st->ttl / 3);
     return Permit(std::move(st));
 }
 

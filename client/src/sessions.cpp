@@ -4,9 +4,7 @@
 
 namespace simba::pg::detail {
 
-SessionLease& Sessions::of(const ServiceCore& svc) {
-    const auto ttl = svc.options.ttl;
-    const auto transition = svc.options.transition;
+SessionLease& Sessions::of(std::chrono::microseconds ttl, std::chrono::microseconds transition) {
     return leases_.try_emplace({ttl.count(), transition.count()}, ttl, transition).first->second;
 }
 
@@ -50,11 +48,16 @@ bool Sessions::keepalive(pqxx::connection& c, SessionLease& l) {
 }
 
 void Sessions::close(pqxx::connection& c, SessionLease& l) {
-    const auto id = std::move(l.proof.id);
-    l.proof = {};
-    l.next_at = SteadyClock::time_point::max();
+    const auto id = forget(l);
     pqxx::nontransaction tx(c);
     tx.exec_params1(kSessionCloseSql, id);
+}
+
+std::string Sessions::forget(SessionLease& l) {
+    auto id = std::move(l.proof.id);
+    l.proof = {};
+    l.next_at = SteadyClock::time_point::max();
+    return id;
 }
 
 }  // namespace simba::pg::detail

@@ -3,7 +3,11 @@
 // renews every tenure under it, an admin's forced release is noticed by the
 // keepalive even without LISTEN, a session that ended on the server ends its
 // tenures and they are taken again under a new one, and a factory's shutdown
-// releases everything with one statement per session.
+// releases everything with one statement per session. Semaphore permits
+// ride the same sessions.
+
+#include <future>
+#include <optional>
 
 #include "pg_support.hpp"
 
@@ -213,4 +217,93 @@ TEST(Sessions, ShutdownClosesTheSessionReleasingEveryTenureAtOnce) {
     EXPECT_EQ(sessions_of(*db, prefix).mutexes, n);  // under the waiters' session now
     services.clear();  // their factory is gone: nothing more to release
     EXPECT_EQ(sessions_of(*db, prefix).mutexes, n);
+}
+
+TEST(Sessions, PermitsAreKeptByTheKeepaliveWithoutStatementsOfTheirOwn) {
+    // 100 permits of ttl 900 ms, one session (300 ms, 600 ms) keeps them:
+    // after three keepalive periods every one is live here and on the
+    // server, and no statement touched a permit row (their xmin is the
+    // grant's; a refresh, even under a session, would write a new version).
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sess-permit"));
+    simba::Semaphore sem(factory, "worker");
+    const auto prefix = unique_name("sess-permit");
+    std::vector<simba::Permit> held;
+    for (int k = 0; k < 10; ++k)
+        for (int i = 0; i < 10; ++i) {
+            auto p = sem.try_acquire(prefix + "-" + std::to_string(k), 10, 900ms);
+            ASSERT_TRUE(p) << k << "/" << i;
+            held.push_back(std::move(*p));
+        }
+    const std::string rows =
+        "SELECT count(DISTINCT session_id), count(session_id), string_agg(xmin::text, ',' ORDER BY key, slot)"
+        " FROM simba_semaphore_permit WHERE starts_with(key, $1)";
+    std::string versions;
+    {
+        pqxx::nontransaction tx(*db);
+        auto r = tx.exec_params1(rows, prefix);
+        EXPECT_EQ(r[0].as<int>(), 1) << "one session for one lease length";
+        EXPECT_EQ(r[1].as<int>(), 100) << "every permit under it";
+        versions = r[2].as<std::string>();
+    }
+    const auto m0 = factory.metrics();
+    ASSERT_TRUE(eventually([&] { return factory.metrics().session_statements - m0.session_statements >= 9; }, 10s));
+    for (auto& p : held) {
+        EXPECT_FALSE(p.lost()) << p.key() << " " << p.slot();
+    }
+    pqxx::nontransaction tx(*db);
+    EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM simba_semaphore_status WHERE starts_with(key, $1)", prefix)[0]
+                  .as<int>(),
+              100)
+        << "live on the server by the session's end";
+    EXPECT_EQ(tx.exec_params1(rows, prefix)[2].as<std::string>(), versions) << "a permit row was written";
+    held.clear();  // released, one statement each
+    EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM simba_semaphore_status WHERE starts_with(key, $1)", prefix)[0]
+                  .as<int>(),
+              0);
+}
+
+TEST(Sessions, APermitEndsWithItsSessionAndTheNextIsGrantedUnderANewOne) {
+    // Keepalives blocked past the session's end: the permit is suspended,
+    // then lost by its deadline; once the row is free the keepalive finds
+    // the session ended, and the next grant comes under a new session.
+    LogCapture logs;
+    auto db = admin();
+    auto blocker = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("sess-permit-end"));
+    simba::Semaphore sem(factory, "worker");
+    const auto key = unique_name("sess-permit-end");
+    auto p = sem.try_acquire(key, 1, 900ms);
+    ASSERT_TRUE(p);
+    std::atomic<bool> suspended{false};
+    std::promise<SteadyClock::time_point> lost;
+    auto lost_at = lost.get_future();
+    p->on_suspended([&](SteadyClock::time_point) { suspended = true; });
+    p->on_lost([&] { lost.set_value(SteadyClock::now()); });
+    const std::string session_of = "SELECT session_id::text FROM simba_semaphore_permit WHERE key = $1";
+    std::string first_session;
+    {
+        pqxx::work tx(*blocker);
+        first_session = tx.exec_params1(session_of, key)[0].as<std::string>();
+        tx.exec_params("SELECT 1 FROM simba_session_lease WHERE session_id = $1::uuid FOR UPDATE", first_session);
+        ASSERT_EQ(lost_at.wait_for(10s), std::future_status::ready) << "never lost at the deadline";
+        EXPECT_TRUE(suspended.load()) << "no on_suspended before the loss";
+        EXPECT_TRUE(p->lost());
+        ASSERT_TRUE(eventually(
+            [&] {
+                pqxx::nontransaction q(*db);
+                return q.exec_params1("SELECT state = 'ended' FROM simba_session_status WHERE session_id = $1::uuid",
+                                      first_session)[0]
+                    .as<bool>();
+            },
+            5s));
+        tx.abort();
+    }
+    std::optional<simba::Permit> next;
+    ASSERT_TRUE(eventually([&] { return (next = sem.try_acquire(key, 1, 900ms)).has_value(); }, 5s));
+    EXPECT_GT(next->fence(), p->fence());
+    EXPECT_FALSE(p->release()) << "a lost permit is not released";
+    pqxx::nontransaction tx(*db);
+    EXPECT_NE(tx.exec_params1(session_of, key)[0].as<std::string>(), first_session);
+    EXPECT_TRUE(eventually([&] { return logs.count_containing("has ended on the server") >= 1; }, 2s));
 }

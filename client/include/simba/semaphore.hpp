@@ -6,13 +6,19 @@
 //   do_work(permit.fence());
 //   // the destructor releases the permit
 //
-// A permit is a lease: the factory's I/O thread refreshes it every third of
-// its ttl. If refreshing fails (the server says it expired or was taken
-// over, or the connection stays down until the lease ends), lost() turns
-// true and on_lost runs on the factory's handle thread, no later than the
-// lease deadline (send time of the last successful grant/refresh + ttl,
-// less SemaphoreOptions' margin). A failed refresh first calls on_suspended
-// with that deadline; on_resumed follows if a refresh then succeeds.
+// A permit is a lease. With FactoryOptions::sessions (the default) it is
+// granted under the factory's session of lease length (ttl/3, ttl - ttl/3),
+// whose one keepalive every third of the ttl keeps all the factory's permits
+// and tenures of that length; the permit ends with the session (an ended
+// session, the factory's shutdown). Without sessions the factory's I/O
+// thread refreshes each permit every third of its ttl. If keeping it fails
+// (the server says it expired, was taken over or its session ended, or the
+// connection stays down until the lease ends), lost() turns true and
+// on_lost runs on the factory's handle thread, no later than the lease
+// deadline (send time of the last successful grant, refresh or keepalive +
+// ttl, less SemaphoreOptions' margin). A failed refresh or keepalive first
+// calls on_suspended with that deadline; on_resumed follows if one then
+// succeeds.
 //
 // Thread-safety: a Semaphore is copyable and movable (copies share the
 // factory) and its members may be called from any threads at once. A
