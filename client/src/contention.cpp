@@ -1,6 +1,7 @@
 #include "contention.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "simba/log.hpp"
 #include "statements.hpp"
@@ -35,42 +36,77 @@ void Contention::start(const ServicePtr& svc, bool here) {
         schedule(svc, SteadyClock::now());
 }
 
-void Contention::stop(const ServicePtr& svc) {
-    svc->io_active = false;
-    ++svc->timer_gen;  // cancels pending attempts
-    svc->next_at = SteadyClock::time_point::max();
-    registry_.remove(svc);
-    if (options_.sessions) sessions_.leave(svc);
-    // Released by id whenever it may hold the lease, including when a
-    // grant's reply was lost: contenders then need not wait a lease out.
-    bool might_own = svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now();
-    // The tenure ends here first: once the release commits, a waiter can be
-    // granted the mutex (the NOTIFY wakes it in about a millisecond) while
-    // this thread has yet to read the release's reply; a claim that lasted
-    // until then would overlap the next holder's (issue 23).
-    events_.end_locally(svc);
-    if (might_own && conn_.up()) {
+void Contention::stop(const std::vector<ServicePtr>& svcs) {
+    std::vector<ServicePtr> owners;  // released by id whenever they may hold the lease
+    for (auto& svc : svcs) {
+        svc->io_active = false;
+        ++svc->timer_gen;  // cancels pending attempts
+        svc->next_at = SteadyClock::time_point::max();
+        registry_.remove(svc);
+        if (options_.sessions) sessions_.leave(svc);
+        // Including when a grant's reply was lost: contenders then need not
+        // wait a lease out.
+        if (svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now()) owners.push_back(svc);
+        // The tenure ends here first: once the release commits, a waiter can
+        // be granted the mutex (the NOTIFY wakes it in about a millisecond)
+        // while this thread has yet to read the release's reply; a claim
+        // that lasted until then would overlap the next holder's (issue 23).
+        events_.end_locally(svc);
+    }
+    if (!owners.empty() && conn_.up()) {
         try {
             // false: the lease had ended (expired or taken over) before this release.
-            const bool released = release(svc, "release");
-            MetricsCell::inc(released ? svc->metrics->released : svc->metrics->late_releases);
+            const auto released = release(owners);
+            for (std::size_t i = 0; i < owners.size(); ++i)
+                MetricsCell::inc(released[i] ? owners[i]->metrics->released : owners[i]->metrics->late_releases);
         } catch (const std::exception& e) {
-            conn_.statement_failed(e, "release of mutex " + svc->mutex);
+            conn_.statement_failed(e, owners.size() == 1 ? "release of mutex " + owners[0]->mutex
+                                                         : "release of " + std::to_string(owners.size()) + " mutexes");
         }
-    } else if (might_own) {
-        log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
-                                   " while disconnected: the lease will lapse on the server");
+    } else {
+        for (auto& svc : owners)
+            log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
+                                       " while disconnected: the lease will lapse on the server");
     }
-    svc->last = MutexOwner::none(svc->mutex);
-    svc->unknown = false;
-    svc->disowned = false;
-    svc->session.clear();
+    for (auto& svc : svcs) {
+        svc->last = MutexOwner::none(svc->mutex);
+        svc->unknown = false;
+        svc->disowned = false;
+        svc->session.clear();
+    }
     update_statement_timeout();
+}
+
+/// Releases `owners` by id, one statement per kReleaseBatchMax of them, in
+/// mutex order (as batched acquires lock rows: two processes' statements
+/// never deadlock); whether each had a live tenure. Throws what a
+/// statement throws (the rest are not sent: their leases lapse).
+std::vector<bool> Contention::release(std::vector<ServicePtr>& owners) {
+    if (owners.size() == 1) return {release(owners[0], "release")};
+    std::sort(owners.begin(), owners.end(), [](const ServicePtr& a, const ServicePtr& b) {
+        return std::tie(a->mutex, a->id) < std::tie(b->mutex, b->id);
+    });
+    std::vector<bool> released;
+    released.reserve(owners.size());
+    for (auto from = owners.begin(); from != owners.end();) {
+        const auto to = from + std::min<std::ptrdiff_t>(kReleaseBatchMax, owners.end() - from);
+        const std::vector<ServicePtr> chunk(from, to);
+        const auto names = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
+        const auto ids = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->id; });
+        metrics_.count_release_statement(chunk.size());
+        auto watch = watchdog_.watch(conn_.stmt().sock());
+        pqxx::nontransaction tx(conn_.stmt());
+        for (const auto& r : tx.exec_params(kReleaseBatchSql, names, ids)) released.push_back(r[0].as<bool>());
+        from = to;
+    }
+    log(LogLevel::debug, "released " + std::to_string(owners.size()) + " mutexes in one stop");
+    return released;
 }
 
 /// simba_release by the service's id (throws what the statement throws):
 /// whether a live tenure of that id was released.
 bool Contention::release(const ServicePtr& svc, const char* what) {
+    metrics_.count_release_statement(1);
     auto watch = watchdog_.watch(conn_.stmt().sock());
     pqxx::nontransaction tx(conn_.stmt());
     const bool released = (options_.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)

@@ -28,8 +28,9 @@ public:
     /// Starts `svc`: its first attempt now, on this thread if `here`, else
     /// from the queue.
     void start(const ServicePtr& svc, bool here);
-    /// Stops `svc`, releasing by id whenever it may hold the lease.
-    void stop(const ServicePtr& svc);
+    /// Stops `svcs`, releasing by id (one statement for them all) each that
+    /// may hold the lease.
+    void stop(const std::vector<ServicePtr>& svcs);
     /// Sends the attempts due now (one batch).
     void run_due(SteadyClock::time_point now);
     /// Every running service attempts at `now` (after a reconnect); only
@@ -70,6 +71,7 @@ private:
     void retry_later(const ServicePtr& svc, bool renewing);
     bool give_back(const ServicePtr& svc);
     bool release(const ServicePtr& svc, const char* what);
+    std::vector<bool> release(std::vector<ServicePtr>& owners);
     std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
     void update_statement_timeout();
     const char* session_for(const ServicePtr& svc);

@@ -22,6 +22,8 @@ Metrics FactoryMetrics::snapshot() {
     out.acquire_statements = statements_.load(std::memory_order_relaxed);
     out.acquire_calls = calls_.load(std::memory_order_relaxed);
     out.session_statements = session_statements_.load(std::memory_order_relaxed);
+    out.release_statements = release_statements_.load(std::memory_order_relaxed);
+    out.release_calls = release_calls_.load(std::memory_order_relaxed);
     out.mutexes = cells_.snapshot();
     std::lock_guard<std::mutex> lock(m_);
     for (auto& w : services_) {

@@ -26,6 +26,11 @@ public:
         statements_.fetch_add(1, std::memory_order_relaxed);
         calls_.fetch_add(calls, std::memory_order_relaxed);
     }
+    /// One release statement of `calls` simba_release calls was sent.
+    void count_release_statement(std::size_t calls) {
+        release_statements_.fetch_add(1, std::memory_order_relaxed);
+        release_calls_.fetch_add(calls, std::memory_order_relaxed);
+    }
     /// A session statement (open, keepalive, close: sessions.hpp).
     void count_session_statement() { session_statements_.fetch_add(1, std::memory_order_relaxed); }
     Metrics snapshot();
@@ -33,6 +38,7 @@ public:
 private:
     simba::detail::MetricCells cells_;
     std::atomic<std::uint64_t> statements_{0}, calls_{0}, session_statements_{0};
+    std::atomic<std::uint64_t> release_statements_{0}, release_calls_{0};
     // Services for the gauges (weak: a destroyed one is pruned), under m_.
     // Lock order: m_ -> ServiceCore::m.
     std::mutex m_;

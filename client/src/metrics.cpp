@@ -176,6 +176,11 @@ std::string to_prometheus(const Metrics& metrics, const MetricLabels& labels) {
     w.scalar("simba_client_session_statements_total", "counter",
              "Session statements sent (open, keepalive, close): one keepalive renews every tenure under a session.",
              n(metrics.session_statements));
+    w.scalar("simba_client_release_statements_total", "counter",
+             "Statements that carried simba_release calls (stopping many services at once counts once).",
+             n(metrics.release_statements));
+    w.scalar("simba_client_release_calls_total", "counter", "simba_release calls sent (give-backs included).",
+             n(metrics.release_calls));
     w.family(metrics, "simba_client_attempts_total", "counter",
              "simba_acquire calls made while not the owner (failed calls included).",
              [](const MutexMetrics& m) { return n(m.attempts); });

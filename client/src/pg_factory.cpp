@@ -159,6 +159,44 @@ struct ContendServiceFactory::Core final : detail::Io {
         for (auto& fn : batch) fn();
     }
 
+    /// Stops `svcs` (each STOPPING): their tenures end here, one statement
+    /// releases what they hold, and it returns once every callback of
+    /// theirs has run.
+    void stop_services(const std::vector<ServicePtr>& svcs) {
+        if (executor.on_this_thread()) {
+            // stop() from inside a callback: no I/O on the handle thread,
+            // which runs every service's callbacks and lease deadlines and
+            // the statement watchdog. The tenures end here and now (their
+            // on_released run below, before stop() returns); the I/O thread
+            // sends the release to the server.
+            for (auto& svc : svcs) events.end_locally(svc);
+            post_io([this, svcs] { contention.stop(svcs); });
+            for (auto& svc : svcs) ServiceEvents::drain_all(*svc);
+            return;
+        }
+        {
+            // The release round trip on this thread (the I/O thread sleeps or
+            // finishes its batch first).
+            auto lock = lock_io();
+            if (!io_done) {
+                run_commands();  // what was posted before (the start() this stops) goes first
+                contention.stop(svcs);
+                wake_if_needed();  // e.g. the connection was lost
+            } else {
+                for (auto& svc : svcs) events.end_locally(svc);  // no callbacks: the handle thread is gone
+            }
+        }
+        const bool pending = std::any_of(svcs.begin(), svcs.end(), [](const ServicePtr& svc) {
+            std::lock_guard<std::mutex> lock(svc->m);
+            return !svc->pending.empty() || svc->in_callback;
+        });
+        if (!pending) return;  // nothing can run after we return
+        auto barrier = std::make_shared<std::promise<void>>();
+        auto bfut = barrier->get_future();
+        if (executor.post([barrier] { barrier->set_value(); })) bfut.wait();
+        for (auto& svc : svcs) ServiceEvents::drain_all(*svc);  // only non-empty if the executor has shut down
+    }
+
     // ------------------------------------------- detail::Io (the semaphore)
 
     bool run(std::function<void(pqxx::connection&)> fn, std::function<void(std::exception_ptr)> failed) override {
@@ -273,8 +311,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         }
         run_commands();
         contention.close_sessions();
-        std::vector<ServicePtr> left(contention.registry().all().begin(), contention.registry().all().end());
-        for (auto& s : left) contention.stop(s);
+        contention.stop({contention.registry().all().begin(), contention.registry().all().end()});
         connections.drop();
         io_done = true;
     }
@@ -436,40 +473,38 @@ protected:
             core_->events.settle(*svc_, error);
     }
 
-    void stop_contend() override {
-        if (core_->executor.on_this_thread()) {
-            // stop() from inside a callback: no I/O on the handle thread,
-            // which runs every service's callbacks and lease deadlines and
-            // the statement watchdog. The tenure ends here and now (its
-            // on_released runs below, before stop() returns); the I/O thread
-            // sends the release to the server.
-            core_->events.end_locally(svc_);
-            auto core = core_;
-            auto svc = svc_;
-            core_->post_io([core, svc] { core->contention.stop(svc); });
-            ServiceEvents::drain_all(*svc_);
-            return;
+    void stop_contend() override { core_->stop_services({svc_}); }
+
+public:
+    /// ContendServiceFactory::stop: checks every service first (this
+    /// factory's, once each, RUNNING), then stops them together.
+    static void stop_all(const std::shared_ptr<Core>& core, const std::vector<MutexContendService*>& services) {
+        std::vector<PgService*> pg;
+        std::vector<ServicePtr> svcs;
+        std::set<const ServiceCore*> seen;
+        for (auto* s : services) {
+            auto* p = dynamic_cast<PgService*>(s);
+            if (!p || p->core_ != core)
+                throw InvalidArgumentError("stop(): every service must come from this factory", "22023");
+            if (!seen.insert(p->svc_.get()).second)
+                throw InvalidArgumentError("stop(): service for mutex " + p->svc_->mutex + " listed twice", "22023");
+            pg.push_back(p);
+            svcs.push_back(p->svc_);
         }
-        {
-            // The release round trip on this thread (the I/O thread sleeps or
-            // finishes its batch first).
-            auto io = core_->lock_io();
-            if (!core_->io_done) {
-                core_->run_commands();  // what was posted before (the start() this stops) goes first
-                core_->contention.stop(svc_);
-                core_->wake_if_needed();  // e.g. the connection was lost
-            } else {
-                core_->events.end_locally(svc_);  // no callbacks: the handle thread is gone
+        std::size_t entered = 0;
+        try {
+            for (; entered < pg.size(); ++entered) pg[entered]->enter_stopping();
+        } catch (...) {
+            for (std::size_t i = 0; i < entered; ++i) pg[i]->resume_running();  // none stopped
+            throw;
+        }
+        struct Leave {  // also when stopping throws, as stop() does
+            std::vector<PgService*>& pg;
+            ~Leave() {
+                for (auto* p : pg) p->leave_stopping();
             }
-        }
-        {
-            std::lock_guard<std::mutex> lock(svc_->m);
-            if (svc_->pending.empty() && !svc_->in_callback) return;  // nothing can run after we return
-        }
-        auto barrier = std::make_shared<std::promise<void>>();
-        auto bfut = barrier->get_future();
-        if (core_->executor.post([barrier] { barrier->set_value(); })) bfut.wait();
-        ServiceEvents::drain_all(*svc_);  // only non-empty if the executor has shut down
+        } leave{pg};
+        core->stop_services(svcs);
     }
 
 private:
@@ -491,6 +526,10 @@ std::unique_ptr<MutexContendService> ContendServiceFactory::create(std::shared_p
     if (!contender) throw InvalidArgumentError("contender must not be null", "22004");
     options.validate();
     return std::make_unique<PgService>(core_, std::move(contender), options);
+}
+
+void ContendServiceFactory::stop(const std::vector<MutexContendService*>& services) {
+    PgService::stop_all(core_, services);
 }
 
 std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) { return factory.core_; }

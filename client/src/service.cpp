@@ -50,16 +50,20 @@ void MutexContendService::start_with(void (MutexContendService::*how)()) {
 }
 
 void MutexContendService::stop() {
-    Status expected = Status::RUNNING;
-    if (!status_.compare_exchange_strong(expected, Status::STOPPING))
-        throw IllegalStateError(std::string("stop() needs status RUNNING, not ") + to_string(expected));
+    enter_stopping();
     try {
         stop_contend();
     } catch (...) {
-        status_.store(Status::INITIAL);
+        leave_stopping();
         throw;
     }
-    status_.store(Status::INITIAL);
+    leave_stopping();
+}
+
+void MutexContendService::enter_stopping() {
+    Status expected = Status::RUNNING;
+    if (!status_.compare_exchange_strong(expected, Status::STOPPING))
+        throw IllegalStateError(std::string("stop() needs status RUNNING, not ") + to_string(expected));
 }
 
 }  // namespace simba

@@ -44,6 +44,9 @@ const char* const kAcquireBatchSql =
     " a.tr * interval '1 microsecond', a.session) AS o";
 #undef SIMBA_OWNER_COLUMNS
 const char* const kReleaseSql = "SELECT simba_release($1, $2)";
+const char* const kReleaseBatchSql =
+    "SELECT simba_release(u.m, u.c) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(m, c, i)"
+    " ORDER BY u.i";
 
 #define SIMBA_SESSION_COLUMNS                                \
     "s.session_id::text,"                                    \

@@ -2,6 +2,7 @@
 // answers: the owner row, server times as epoch microseconds, SQLSTATEs.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <pqxx/pqxx>
 #include <string>
@@ -22,6 +23,10 @@ extern const char* const kAcquireBatchSql;
 extern const char* const kRenewSql;
 /// simba_release($1 mutex, $2 id): true if it was the holder.
 extern const char* const kReleaseSql;
+/// simba_release over $1 mutexes[], $2 ids[]: a row per pair, in order;
+/// at most kReleaseBatchMax pairs a statement (some 30 ms of server time).
+extern const char* const kReleaseBatchSql;
+constexpr std::ptrdiff_t kReleaseBatchMax = 1000;
 /// simba_session_open($1 ttl µs, $2 transition µs), simba_session_keepalive($1
 /// id): one session row (parse_session).
 extern const char* const kSessionOpenSql;

@@ -87,12 +87,14 @@ TEST(Metrics, ExpositionPassesTheChecker) {
 TEST(Metrics, EmptySnapshotIsValid) {
     auto r = prom_check::check(simba::to_prometheus({}));
     EXPECT_TRUE(r.ok()) << r.error_text();
-    // Only the three factory-wide counters, at zero.
-    EXPECT_EQ(r.samples.size(), 3u);
+    // Only the five factory-wide counters, at zero.
+    EXPECT_EQ(r.samples.size(), 5u);
     EXPECT_EQ(r.value("simba_client_acquire_statements_total", {}), 0);
     EXPECT_EQ(r.value("simba_client_acquire_calls_total", {}), 0);
     EXPECT_EQ(r.value("simba_client_session_statements_total", {}), 0);
-    EXPECT_EQ(r.types.size(), 16u);
+    EXPECT_EQ(r.value("simba_client_release_statements_total", {}), 0);
+    EXPECT_EQ(r.value("simba_client_release_calls_total", {}), 0);
+    EXPECT_EQ(r.types.size(), 18u);
 }
 
 TEST(Metrics, BadLabelNamesRejected) {

@@ -123,6 +123,69 @@ TEST(Handoff, StopReleasesAndNotifyWakesTheWaiterBeforeItsPoll) {
     EXPECT_EQ(owner_of(*db, m), "");
 }
 
+TEST(Handoff, StoppingManyServicesAtOnceReleasesThemWithOneStatement) {
+    // factory.stop() of 200 owners: one release statement of 200 calls,
+    // every on_released run before it returns, every mutex free on the
+    // server, and each waiter (its poll ~16 s away) woken by the NOTIFYs.
+    // Then the refusals: each stops none.
+    auto db = admin();
+    simba::pg::ContendServiceFactory factory("", test_options("stopmany"));
+    simba::pg::ContendServiceFactory waiters_f("", test_options("stopmany-w"));
+    const auto prefix = unique_name("stopmany");
+    const int n = 200;
+    std::vector<std::shared_ptr<Recorder>> recs, waiters;
+    std::vector<std::unique_ptr<MutexContendService>> services, waiting;
+    std::vector<MutexContendService*> all;
+    for (int i = 0; i < n; ++i) {
+        const auto m = prefix + "-" + std::to_string(i);
+        recs.push_back(std::make_shared<Recorder>(m, "owner"));
+        services.push_back(factory.create(recs.back(), lease(10000ms, 6000ms)));
+        services.back()->start();
+        all.push_back(services.back().get());
+    }
+    for (auto& r : recs) ASSERT_TRUE(r->wait([](auto& ev) { return ev.size() == 1; }, 20s));
+    for (int i = 0; i < n; ++i) {
+        waiters.push_back(std::make_shared<Recorder>(prefix + "-" + std::to_string(i), "waiter"));
+        waiting.push_back(waiters_f.create(waiters.back(), lease(10000ms, 6000ms)));
+        waiting.back()->start();
+    }
+    for (auto& w : waiting) ASSERT_TRUE(eventually([&] { return w->state().after.owner_id == "owner"; }, 10s));
+
+    // Refused, stopping none: a service twice, another factory's, one not running.
+    EXPECT_THROW(factory.stop({all[0], all[1], all[0]}), simba::InvalidArgumentError);
+    EXPECT_THROW(factory.stop({all[0], waiting[0].get()}), simba::InvalidArgumentError);
+    auto idle = factory.create(std::make_shared<Recorder>(prefix + "-idle", "owner"), lease(10000ms, 6000ms));
+    EXPECT_THROW(factory.stop({all[0], all[1], idle.get()}), simba::IllegalStateError);
+    for (auto* s : all) ASSERT_TRUE(s->running() && s->is_owner()) << s->mutex();
+
+    const auto m0 = factory.metrics();
+    const auto t0 = SteadyClock::now();
+    factory.stop(all);
+    const auto took = duration_cast<milliseconds>(SteadyClock::now() - t0);
+    const auto m1 = factory.metrics();
+    std::printf("%d services stopped together in %lld ms\n", n, static_cast<long long>(took.count()));
+    EXPECT_EQ(m1.release_statements - m0.release_statements, 1u);
+    EXPECT_EQ(m1.release_calls - m0.release_calls, static_cast<std::uint64_t>(n));
+    for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(recs[static_cast<std::size_t>(i)]->released_count(), 1) << i;  // before stop() returned
+        EXPECT_EQ(all[static_cast<std::size_t>(i)]->status(), simba::Status::INITIAL) << i;
+    }
+    std::uint64_t released = 0;
+    for (auto& m : m1.mutexes) released += m.released;
+    EXPECT_EQ(released, static_cast<std::uint64_t>(n)) << "every release confirmed by the server";
+    {
+        pqxx::nontransaction tx(*db);
+        EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM simba_mutex_status WHERE starts_with(mutex, $1)"
+                                  " AND owner_id = 'owner'",
+                                  prefix)[0]
+                      .as<int>(),
+                  0);
+    }
+    for (auto& w : waiters) EXPECT_TRUE(w->wait([](auto& ev) { return ev.size() == 1; }, 5s));
+    services[0]->start();  // stopped services start again as after stop()
+    EXPECT_TRUE(services[0]->running());
+}
+
 TEST(Handoff, RenewalsFireNoCallbacksAndKeepTheFence) {
     LogCapture logs;
     auto db = admin();
@@ -1126,8 +1189,13 @@ TEST(HundredThousandServices, AllOwnRenewAndStop) {
         EXPECT_EQ(lost, 0u);
     }
 
+    // Stopped together: one release statement per 1,000 services.
+    std::vector<MutexContendService*> all;
+    for (auto& s : services) all.push_back(s.get());
+    const auto m0 = factory.metrics();
     const auto t1 = SteadyClock::now();
-    for (auto& s : services) s->stop();
+    factory.stop(all);
+    EXPECT_EQ(factory.metrics().release_statements - m0.release_statements, static_cast<std::uint64_t>((n + 999) / 1000));
     std::printf("%d services stopped in %lld ms\n", n,
                 static_cast<long long>(duration_cast<milliseconds>(SteadyClock::now() - t1).count()));
     EXPECT_EQ(released.load(), n) << "each stop() ends its tenure";

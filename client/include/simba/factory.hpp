@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "simba/contender.hpp"
 #include "simba/metrics.hpp"
@@ -139,6 +140,15 @@ public:
 
     [[nodiscard]] std::unique_ptr<MutexContendService> create(
         std::shared_ptr<MutexContender> contender, ContendOptions options = {}) override;
+
+    /// Stops every one of `services` as its stop() would (their tenures end,
+    /// on_released runs, it returns once their callbacks have run), but
+    /// releases what they hold with one statement per 1,000 of them instead
+    /// of a round trip each: stopping 10,000 services costs 10 statements,
+    /// not 10,000. Each must come
+    /// from this factory, once, and be RUNNING; otherwise none is stopped
+    /// (InvalidArgumentError 22023; IllegalStateError for one not RUNNING).
+    void stop(const std::vector<MutexContendService*>& services);
 
     /// Connections the factory has open right now (0, 1 or 2).
     [[nodiscard]] int connection_count() const;

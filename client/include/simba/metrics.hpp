@@ -71,6 +71,11 @@ struct Metrics {
     /// Factory-wide: session statements (open, keepalive, close): with
     /// sessions, what renews every tenure, one keepalive per session per period.
     std::uint64_t session_statements = 0;
+    /// Factory-wide: statements that carried simba_release calls (a stop of
+    /// many services at once counts once: ContendServiceFactory::stop), and
+    /// the calls they carried.
+    std::uint64_t release_statements = 0;
+    std::uint64_t release_calls = 0;
     /// The entry for (mutex, contender), or nullptr.
     [[nodiscard]] const MutexMetrics* find(const std::string& mutex, const std::string& contender) const;
     /// Entries of `mutex` summed over contender ids (gauges: any owner / the owner's fence).

@@ -144,6 +144,13 @@ protected:
     /// the backend can; start_and_wait() calls it.
     virtual void start_contend_now() { start_contend(); }
     virtual void stop_contend() = 0;
+    /// stop()'s status steps, for a backend that stops many services at
+    /// once (pg::ContendServiceFactory::stop): RUNNING -> STOPPING (else
+    /// IllegalStateError, as stop() throws), STOPPING -> INITIAL, and back
+    /// to RUNNING for a stop that did not happen.
+    void enter_stopping();
+    void leave_stopping() noexcept { status_.store(Status::INITIAL); }
+    void resume_running() noexcept { status_.store(Status::RUNNING); }
 
 private:
     void start_with(void (MutexContendService::*how)());
