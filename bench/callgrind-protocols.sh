@@ -9,6 +9,8 @@
 #
 #   bench/callgrind-protocols.sh simba/pair jdbc/pair simba/renew jdbc/renew ...
 #   N1=200 N2=1200 (defaults)
+#   SETUP_SQL='...' runs after CREATE EXTENSION, to price one part of a pair
+#   (e.g. 'ALTER TABLE simba_mutex DISABLE TRIGGER USER': the history triggers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- simba/pair jdbc/pair floor/pair simba/renew jdbc/renew
@@ -42,6 +44,7 @@ trap stop EXIT
 export PGHOST=$dir PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
 for _ in $(seq 240); do pg_isready -q && break; sleep 0.5; done
 psql -qc 'CREATE EXTENSION simba'
+[ -z "${SETUP_SQL:-}" ] || psql -qc "$SETUP_SQL"
 
 N1=${N1:-200} N2=${N2:-1200}
 ir_of() { callgrind_annotate "$1" 2>/dev/null | sed -n 's/^\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d , ; }

@@ -35,6 +35,7 @@
 
 #include "access/htup_details.h"
 #include "access/xlog.h"
+#include "common/int.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
@@ -194,4 +195,28 @@ simba_clock(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "simba: return type must be a row");
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(simba_epoch_us);
+
+/*
+ * simba_epoch_us(t): t as microseconds since 1970-01-01 00:00 UTC, exactly.
+ * Clients read lease times this way: extract(epoch ...) computes in numeric,
+ * which cost the client's acquire statement a fifth of its server work
+ * (bench/README.md, "Cheaper statements"). No search_path to pin: it looks
+ * nothing up.
+ */
+Datum
+simba_epoch_us(PG_FUNCTION_ARGS)
+{
+	TimestampTz t = PG_GETARG_TIMESTAMPTZ(0);
+	int64		us;
+
+	if (TIMESTAMP_NOT_FINITE(t) ||
+		pg_add_s64_overflow(t, (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY, &us))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range for simba_epoch_us"),
+				 errdetail("It takes finite timestamps up to 294247-01-10 04:00:54.775807 UTC.")));
+	PG_RETURN_INT64(us);
 }

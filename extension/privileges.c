@@ -39,6 +39,7 @@ static const char *const granted_functions[] = {
 	"simba_session_keepalive(uuid)",
 	"simba_session_close(uuid)",
 	"simba_clock()",
+	"simba_epoch_us(timestamptz)",
 };
 
 /* SELECT on these for a granted role: see state and history. */

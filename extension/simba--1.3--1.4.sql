@@ -353,6 +353,16 @@ CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
 COMMENT ON EVENT TRIGGER simba_drop_guard IS
   'simba: refuse to drop simba while leases or permits are live (a re-created extension starts fences at 1)';
 
+-- Lease times as clients read them (clock.c): exact, and without the
+-- numeric arithmetic of extract(epoch ...). Looks nothing up, so no
+-- search_path to pin; EXECUTE comes with simba_grant.
+CREATE FUNCTION @extschema@.simba_epoch_us(t timestamptz)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_epoch_us'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.simba_epoch_us(timestamptz) IS
+  'simba: t as microseconds since 1970-01-01 00:00 UTC, exactly (how clients read lease times); 22008 for infinite or out-of-range times';
+
 -- Exactly the documented privileges, then every role granted before gets
 -- what simba_grant gives today (the functions and views added since).
 SELECT @extschema@.simba_strip_privileges(true);

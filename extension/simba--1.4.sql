@@ -201,6 +201,16 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_clock() IS
   'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
 
+-- Lease times as clients read them (clock.c): exact, and without the
+-- numeric arithmetic of extract(epoch ...). Looks nothing up, so no
+-- search_path to pin; EXECUTE comes with simba_grant.
+CREATE FUNCTION @extschema@.simba_epoch_us(t timestamptz)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'simba_epoch_us'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.simba_epoch_us(timestamptz) IS
+  'simba: t as microseconds since 1970-01-01 00:00 UTC, exactly (how clients read lease times); 22008 for infinite or out-of-range times';
+
 -- Counting semaphores: one row per key, one per permit slot (semaphore.c).
 CREATE SEQUENCE @extschema@.simba_permit_fence;
 COMMENT ON SEQUENCE @extschema@.simba_permit_fence IS

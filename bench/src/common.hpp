@@ -141,12 +141,14 @@ struct Table {
 /// kReleaseSql of client/src/statements.cpp; keep them in step): the owner
 /// row with its times as epoch microseconds, mutex in column 0, owner_id in 1.
 inline const char* const kClientAcquireSql =
-    "SELECT o.mutex, o.owner_id,"
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"
+    "SELECT o.mutex,"
+    " CASE WHEN o.owner_role <> current_user AND o.owner_id = $2"
+    " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"
+    " simba_epoch_us(o.acquired_at),"
+    " simba_epoch_us(o.ttl_at),"
+    " simba_epoch_us(o.transition_at),"
     " o.version, o.fence,"
-    " (extract(epoch FROM o.current_at) * 1000000)::int8"
+    " simba_epoch_us(o.current_at)"
     " FROM simba_acquire($1, $2, $3::int8 * interval '1 microsecond',"
     " $4::int8 * interval '1 microsecond') AS o";
 inline const char* const kClientReleaseSql = "SELECT simba_release($1, $2)";

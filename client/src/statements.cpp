@@ -12,18 +12,20 @@ std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.a
 
 }  // namespace
 
-// The owner row as the client reads it: times as epoch microseconds. A
-// tenure belongs to an id and the role that took it (extension 1.3): another
-// role holding our own id reads as "role:id", so it never looks like ours.
+// The owner row as the client reads it: times as epoch microseconds
+// (simba_epoch_us, extension 1.4: exact, and unlike extract(epoch ...) no
+// numeric arithmetic on the server). A tenure belongs to an id and the role
+// that took it (extension 1.3): another role holding our own id reads as
+// "role:id", so it never looks like ours.
 #define SIMBA_OWNER_COLUMNS(id)                                                 \
     "o.mutex,"                                                                  \
     " CASE WHEN o.owner_role <> current_user AND o.owner_id = " id              \
     " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"              \
-    " (extract(epoch FROM o.acquired_at) * 1000000)::int8,"                     \
-    " (extract(epoch FROM o.ttl_at) * 1000000)::int8,"                          \
-    " (extract(epoch FROM o.transition_at) * 1000000)::int8,"                   \
+    " simba_epoch_us(o.acquired_at),"                                           \
+    " simba_epoch_us(o.ttl_at),"                                                \
+    " simba_epoch_us(o.transition_at),"                                         \
     " o.version, o.fence,"                                                      \
-    " (extract(epoch FROM o.current_at) * 1000000)::int8"
+    " simba_epoch_us(o.current_at)"
 
 const char* const kAcquireSql =
     "SELECT " SIMBA_OWNER_COLUMNS("$2")
@@ -50,9 +52,9 @@ const char* const kReleaseBatchSql =
 
 #define SIMBA_SESSION_COLUMNS                                \
     "s.session_id::text,"                                    \
-    " (extract(epoch FROM s.ttl_at) * 1000000)::int8,"       \
-    " (extract(epoch FROM s.transition_at) * 1000000)::int8," \
-    " (extract(epoch FROM s.current_at) * 1000000)::int8, s.revoked"
+    " simba_epoch_us(s.ttl_at),"                             \
+    " simba_epoch_us(s.transition_at),"                      \
+    " simba_epoch_us(s.current_at), s.revoked"
 const char* const kSessionOpenSql =
     "SELECT " SIMBA_SESSION_COLUMNS
     " FROM simba_session_open($1::int8 * interval '1 microsecond', $2::int8 * interval '1 microsecond') AS s";
