@@ -36,6 +36,7 @@ PG_FUNCTION_INFO_V1(simba_session_open_1_4);
 PG_FUNCTION_INFO_V1(simba_session_keepalive_1_4);
 PG_FUNCTION_INFO_V1(simba_session_close_1_4);
 PG_FUNCTION_INFO_V1(simba_session_gc_1_4);
+PG_FUNCTION_INFO_V1(simba_session_ended);
 
 /* The caller's session: $1 id, $2 role, $3 roleid, $4 sysid; $5 origin. */
 #define CALLERS_SESSION \
@@ -349,4 +350,37 @@ simba_session_gc_1_4(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_INT64(removed);
+}
+
+/* $1 session, $2 t, $3 origin: SIMBA_SESSION_ENDED's lookup (simba.h). */
+#define ENDED_SELECT \
+	"SELECT 1 FROM simba_session_lease AS s WHERE s.session_id = $1 AND " SIMBA_SESSION_END("$3") " <= $2"
+static SimbaPlan ended_read = {ENDED_SELECT, 3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}};
+static SimbaPlan ended_lock = {ENDED_SELECT " FOR SHARE", 3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}};
+
+/*
+ * simba_session_ended(session_id, t, origin, lock): whether that session
+ * has ended at t, its row locked FOR SHARE when it has and `lock`. Internal
+ * (the owner's only): the lock path's statements call it for a row under a
+ * session (simba.h). A session row that is absent has not ended (simba.h).
+ */
+Datum
+simba_session_ended(PG_FUNCTION_ARGS)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	uint64		ended;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(3))
+		elog(ERROR, "simba: simba_session_ended needs t and lock");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	SPI_connect();
+	ended = simba_execute(fcinfo, PG_GETARG_BOOL(3) ? &ended_lock : &ended_read, values, nulls, 1);
+	SPI_finish();
+	PG_RETURN_BOOL(ended > 0);
 }

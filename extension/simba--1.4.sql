@@ -201,6 +201,15 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_clock() IS
   'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
 
+-- SIMBA_SESSION_ENDED of the lock path's statements (simba.h, session.c):
+-- the owner's only, as its statements run as the owner.
+CREATE FUNCTION @extschema@.simba_session_ended(session_id uuid, t timestamptz, origin timestamptz, lock boolean)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_session_ended'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.simba_session_ended(uuid, timestamptz, timestamptz, boolean) IS
+  'simba (internal): whether the session has ended at t on the clock of origin, its row locked FOR SHARE when it has and lock';
+
 -- Lease times as clients read them (clock.c): exact, and without the
 -- numeric arithmetic of extract(epoch ...). Looks nothing up, so no
 -- search_path to pin; EXECUTE comes with simba_grant.

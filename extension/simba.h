@@ -122,18 +122,20 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
  * session row is absent from a statement's snapshot is one written after
  * the snapshot was taken: it counts as live.
  *
- * Ended: whether row `id_col`'s session has ended at t. `lock` is
- * " FOR SHARE" in every statement that writes on that answer (a takeover, a
- * release, a collection): it locks only the ended session row, so that a
+ * Ended: whether row `id_col`'s session has ended at t. `lock` is "true"
+ * in every statement that writes on that answer (a takeover, a release, a
+ * collection): it locks only the ended session row FOR SHARE, so that a
  * keepalive racing the statement either committed first (the lock follows
  * it to its new row, which is live) or waits and then finds the session
  * ended. A live session's row is never locked, so no acquirer can stall
- * its keepalive.
+ * its keepalive. It is a function (simba_session_ended, session.c), not a
+ * subquery: a statement sets up every subquery it contains each time it
+ * runs, whether it is evaluated or not, and that cost every call on a row
+ * without a session twice the work of its UPDATE (bench/README.md).
  */
 #define SIMBA_SESSION_END(origin) SIMBA_LEASE_END("s.transition_at", "s.renewed_at", "s.clock_origin", origin)
 #define SIMBA_SESSION_ENDED(id_col, t, origin, lock) \
-	"EXISTS (SELECT 1 FROM simba_session_lease AS s WHERE s.session_id = " id_col \
-	" AND " SIMBA_SESSION_END(origin) " <= " t lock ")"
+	"simba_session_ended(" id_col ", " t ", " origin ", " lock ")"
 /*
  * A time of a row that may be under a session, as this clock counts it: its
  * session's `session_col` when `id_col` names a session row, else `own`.
@@ -153,12 +155,12 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 #define SIMBA_MUTEX_END(origin) SIMBA_LEASE_END("m.transition_at", "m.acquired_at", "m.clock_origin", origin)
 #define SIMBA_MUTEX_LIVE_AS(t, origin, lock) \
 	"(m.owner_id IS NOT NULL AND " SIMBA_LIVE_UNDER(SIMBA_MUTEX_END(origin), "m.session_id", t, origin, lock) ")"
-#define SIMBA_MUTEX_LIVE(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, "")
-#define SIMBA_MUTEX_LIVE_LOCKING(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, " FOR SHARE")
+#define SIMBA_MUTEX_LIVE(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, "false")
+#define SIMBA_MUTEX_LIVE_LOCKING(t, origin) SIMBA_MUTEX_LIVE_AS(t, origin, "true")
 #define SIMBA_PERMIT_END(origin) SIMBA_LEASE_END("p.expires_at", "p.renewed_at", "p.clock_origin", origin)
-#define SIMBA_PERMIT_LIVE(t, origin) SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "")
+#define SIMBA_PERMIT_LIVE(t, origin) SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "false")
 #define SIMBA_PERMIT_LIVE_LOCKING(t, origin) \
-	SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, " FOR SHARE")
+	SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "true")
 
 /*
  * Inside SPI, for an acquire whose argument `argno` (session_id) may name a
