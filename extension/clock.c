@@ -220,3 +220,39 @@ simba_epoch_us(PG_FUNCTION_ARGS)
 				 errdetail("It takes finite timestamps up to 294247-01-10 04:00:54.775807 UTC.")));
 	PG_RETURN_INT64(us);
 }
+
+PG_FUNCTION_INFO_V1(simba_lease_end);
+
+/*
+ * simba_lease_end(col, since, clock_origin, origin): SIMBA_LEASE_END
+ * (simba.h). A row written under another clock than `origin` counts again
+ * in full from `origin`: origin + (col - since), in exact microseconds.
+ * 22008 where that leaves the range of timestamptz, as the SQL it replaces.
+ */
+Datum
+simba_lease_end(PG_FUNCTION_ARGS)
+{
+	TimestampTz col,
+				since,
+				length,
+				end;
+
+	/* Another clock's row: clock_origin IS DISTINCT FROM origin, origin known. */
+	if (PG_ARGISNULL(3) || (!PG_ARGISNULL(2) && PG_GETARG_TIMESTAMPTZ(2) == PG_GETARG_TIMESTAMPTZ(3)))
+	{
+		if (PG_ARGISNULL(0))
+			PG_RETURN_NULL();
+		PG_RETURN_TIMESTAMPTZ(PG_GETARG_TIMESTAMPTZ(0));
+	}
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	col = PG_GETARG_TIMESTAMPTZ(0);
+	since = PG_GETARG_TIMESTAMPTZ(1);
+	if (TIMESTAMP_NOT_FINITE(col) || TIMESTAMP_NOT_FINITE(since) ||
+		pg_sub_s64_overflow(col, since, &length) ||
+		pg_add_s64_overflow(PG_GETARG_TIMESTAMPTZ(3), length, &end) || !IS_VALID_TIMESTAMP(end))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	PG_RETURN_TIMESTAMPTZ(end);
+}

@@ -353,6 +353,16 @@ CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
 COMMENT ON EVENT TRIGGER simba_drop_guard IS
   'simba: refuse to drop simba while leases or permits are live (a re-created extension starts fences at 1)';
 
+-- SIMBA_LEASE_END of the lock path's statements (simba.h, clock.c): the
+-- owner's only, as its statements run as the owner.
+CREATE FUNCTION @extschema@.simba_lease_end(t timestamptz, since timestamptz, clock_origin timestamptz,
+                                            origin timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'simba_lease_end'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.simba_lease_end(timestamptz, timestamptz, timestamptz, timestamptz) IS
+  'simba (internal): a lease end t written under clock_origin (renewed at since) as the clock of origin counts it';
+
 -- SIMBA_SESSION_ENDED of the lock path's statements (simba.h, session.c):
 -- the owner's only, as its statements run as the owner.
 CREATE FUNCTION @extschema@.simba_session_ended(session_id uuid, t timestamptz, origin timestamptz, lock boolean)

@@ -201,6 +201,16 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_clock() IS
   'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
 
+-- SIMBA_LEASE_END of the lock path's statements (simba.h, clock.c): the
+-- owner's only, as its statements run as the owner.
+CREATE FUNCTION @extschema@.simba_lease_end(t timestamptz, since timestamptz, clock_origin timestamptz,
+                                            origin timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'simba_lease_end'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.simba_lease_end(timestamptz, timestamptz, timestamptz, timestamptz) IS
+  'simba (internal): a lease end t written under clock_origin (renewed at since) as the clock of origin counts it';
+
 -- SIMBA_SESSION_ENDED of the lock path's statements (simba.h, session.c):
 -- the owner's only, as its statements run as the owner.
 CREATE FUNCTION @extschema@.simba_session_ended(session_id uuid, t timestamptz, origin timestamptz, lock boolean)

@@ -100,19 +100,15 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 #define SIMBA_ORIGIN_NULL(origin) ((origin) == 0 ? 'n' : ' ')
 
 /*
- * In SQL: whether a row's clock_origin is another clock's than the
- * parameter `origin` (never on a standby, where the parameter is NULL), and
- * the row's end of lease `col` (from `since`, the last renewal) as this
- * clock counts it. Lengths go through make_interval: a difference of
- * timestamps may hold days, which timestamptz + interval adds in the
- * session's time zone.
+ * In SQL: the row's end of lease `col` (from `since`, the last renewal) as
+ * the clock of the parameter `origin` counts it: `col` itself when the
+ * row's clock_origin is that clock's (or on a standby, where the parameter
+ * is NULL), else origin + (col - since). A function (simba_lease_end,
+ * clock.c) rather than that CASE: a statement compiles each of its
+ * expressions every time it runs, and the CASE was a dozen steps.
  */
-#define SIMBA_FOREIGN(clock_col, origin) \
-	"(" clock_col " IS DISTINCT FROM " origin " AND " origin " IS NOT NULL)"
 #define SIMBA_LEASE_END(col, since, clock_col, origin) \
-	"(CASE WHEN " SIMBA_FOREIGN(clock_col, origin) \
-	" THEN " origin " + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', " col " - " since "))" \
-	" ELSE " col " END)"
+	"simba_lease_end(" col ", " since ", " clock_col ", " origin ")"
 /*
  * Sessions (session.c, docs/design.md "Sessions"): a tenure or permit taken
  * under a session (session_id not NULL) lives exactly as long as the
