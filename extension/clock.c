@@ -221,6 +221,25 @@ simba_epoch_us(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(us);
 }
 
+TimestampTz
+simba_lease_end_at(TimestampTz col, TimestampTz since, bool clock_null, TimestampTz clock, bool origin_null,
+				   TimestampTz origin)
+{
+	TimestampTz length,
+				end;
+
+	/* The row's own clock (or a standby's): col itself. */
+	if (origin_null || (!clock_null && clock == origin))
+		return col;
+	if (TIMESTAMP_NOT_FINITE(col) || TIMESTAMP_NOT_FINITE(since) ||
+		pg_sub_s64_overflow(col, since, &length) || pg_add_s64_overflow(origin, length, &end) ||
+		!IS_VALID_TIMESTAMP(end))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	return end;
+}
+
 PG_FUNCTION_INFO_V1(simba_lease_end);
 
 /*
@@ -232,27 +251,14 @@ PG_FUNCTION_INFO_V1(simba_lease_end);
 Datum
 simba_lease_end(PG_FUNCTION_ARGS)
 {
-	TimestampTz col,
-				since,
-				length,
-				end;
+	bool		origin_null = PG_ARGISNULL(3);
+	bool		clock_null = PG_ARGISNULL(2);
+	TimestampTz origin = origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(3);
+	TimestampTz clock = clock_null ? 0 : PG_GETARG_TIMESTAMPTZ(2);
+	bool		foreign = !origin_null && (clock_null || clock != origin);
 
-	/* Another clock's row: clock_origin IS DISTINCT FROM origin, origin known. */
-	if (PG_ARGISNULL(3) || (!PG_ARGISNULL(2) && PG_GETARG_TIMESTAMPTZ(2) == PG_GETARG_TIMESTAMPTZ(3)))
-	{
-		if (PG_ARGISNULL(0))
-			PG_RETURN_NULL();
-		PG_RETURN_TIMESTAMPTZ(PG_GETARG_TIMESTAMPTZ(0));
-	}
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+	if (PG_ARGISNULL(0) || (foreign && PG_ARGISNULL(1)))
 		PG_RETURN_NULL();
-	col = PG_GETARG_TIMESTAMPTZ(0);
-	since = PG_GETARG_TIMESTAMPTZ(1);
-	if (TIMESTAMP_NOT_FINITE(col) || TIMESTAMP_NOT_FINITE(since) ||
-		pg_sub_s64_overflow(col, since, &length) ||
-		pg_add_s64_overflow(PG_GETARG_TIMESTAMPTZ(3), length, &end) || !IS_VALID_TIMESTAMP(end))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range")));
-	PG_RETURN_TIMESTAMPTZ(end);
+	PG_RETURN_TIMESTAMPTZ(simba_lease_end_at(PG_GETARG_TIMESTAMPTZ(0), foreign ? PG_GETARG_TIMESTAMPTZ(1) : 0,
+											 clock_null, clock, origin_null, origin));
 }

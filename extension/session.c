@@ -26,8 +26,18 @@
  */
 #include "simba.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "executor/tuptable.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/uuid.h"
@@ -352,35 +362,77 @@ simba_session_gc_1_4(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(removed);
 }
 
-/* $1 session, $2 t, $3 origin: SIMBA_SESSION_ENDED's lookup (simba.h). */
-#define ENDED_SELECT \
-	"SELECT 1 FROM simba_session_lease AS s WHERE s.session_id = $1 AND " SIMBA_SESSION_END("$3") " <= $2"
-static SimbaPlan ended_read = {ENDED_SELECT, 3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}};
-static SimbaPlan ended_lock = {ENDED_SELECT " FOR SHARE", 3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}};
+/* $1 session, $2 t, $3 origin: SIMBA_SESSION_ENDED's lock (simba.h). */
+static SimbaPlan ended_lock = {
+	"SELECT 1 FROM simba_session_lease AS s"
+	" WHERE s.session_id = $1 AND " SIMBA_SESSION_END("$3") " <= $2 FOR SHARE",
+	3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * Whether session `id` has ended at t as the running statement's snapshot
+ * shows its row (absent: not ended, simba.h), read straight from its
+ * primary key: a lock held under a live session, which every waiter's poll
+ * meets, costs an index lookup rather than a statement.
+ */
+static bool
+ended_in_snapshot(FunctionCallInfo fcinfo, Datum id, TimestampTz t, bool origin_null, TimestampTz origin)
+{
+	Relation	rel = table_open(simba_session_table(fcinfo), AccessShareLock);
+	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	IndexScanDesc scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
+	ScanKeyData key;
+	bool		ended = false;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_UUID_EQ, id);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull,
+					clock_null;
+		TimestampTz end = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, "transition_at"), &isnull));
+		TimestampTz renewed = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, "renewed_at"), &isnull));
+		Datum		clock = slot_getattr(slot, SPI_fnumber(desc, "clock_origin"), &clock_null);
+
+		ended = simba_lease_end_at(end, renewed, clock_null, clock_null ? 0 : DatumGetTimestampTz(clock),
+								   origin_null, origin) <= t;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return ended;
+}
 
 /*
  * simba_session_ended(session_id, t, origin, lock): whether that session
  * has ended at t, its row locked FOR SHARE when it has and `lock`. Internal
  * (the owner's only): the lock path's statements call it for a row under a
- * session (simba.h). A session row that is absent has not ended (simba.h).
+ * session (simba.h). Only a session that has ended in the statement's
+ * snapshot is locked: the lock reads its latest row (waiting for a
+ * keepalive in flight), which a keepalive committed since makes live again.
  */
 Datum
 simba_session_ended(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	bool		origin_null = PG_ARGISNULL(2);
 	uint64		ended;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(false);
 	if (PG_ARGISNULL(1) || PG_ARGISNULL(3))
 		elog(ERROR, "simba: simba_session_ended needs t and lock");
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	if (!ended_in_snapshot(fcinfo, PG_GETARG_DATUM(0), PG_GETARG_TIMESTAMPTZ(1), origin_null,
+						   origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(2)))
+		PG_RETURN_BOOL(false);
+	if (!PG_GETARG_BOOL(3))
+		PG_RETURN_BOOL(true);
 	SPI_connect();
-	ended = simba_execute(fcinfo, PG_GETARG_BOOL(3) ? &ended_lock : &ended_read, values, nulls, 1);
+	ended = simba_execute(fcinfo, &ended_lock,
+						  (Datum[]) {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), origin_null ? (Datum) 0 : PG_GETARG_DATUM(2)},
+						  origin_null ? "  n" : NULL, 1);
 	SPI_finish();
 	PG_RETURN_BOOL(ended > 0);
 }

@@ -203,7 +203,7 @@ simba_prepare(SimbaPlan *p)
 
 /*
  * The schema and owner of the calling SQL function and its install's
- * simba_mutex, looked up once per call site (a new install has new
+ * simba_mutex and simba_session_lease, looked up once per call site (a new install has new
  * functions, so nothing here goes stale).
  */
 typedef struct SimbaFunction
@@ -211,6 +211,7 @@ typedef struct SimbaFunction
 	Oid			schema;
 	Oid			owner;
 	Oid			mutex_table;
+	Oid			session_table;
 } SimbaFunction;
 
 static SimbaFunction *
@@ -229,6 +230,7 @@ calling_function(FunctionCallInfo fcinfo)
 		f->owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
 		ReleaseSysCache(tuple);
 		f->mutex_table = get_relname_relid("simba_mutex", f->schema);
+		f->session_table = get_relname_relid("simba_session_lease", f->schema);
 		fcinfo->flinfo->fn_extra = f;
 	}
 	return f;
@@ -238,6 +240,12 @@ Oid
 simba_mutex_table(FunctionCallInfo fcinfo)
 {
 	return calling_function(fcinfo)->mutex_table;
+}
+
+Oid
+simba_session_table(FunctionCallInfo fcinfo)
+{
+	return calling_function(fcinfo)->session_table;
 }
 
 uint64

@@ -49,6 +49,7 @@ extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 
 /* The OID of simba_mutex in the install of the calling SQL function. */
 extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
+extern Oid	simba_session_table(FunctionCallInfo fcinfo);
 
 /* The plan simba_execute is running now (the history trigger reads it). */
 extern SimbaPlan *simba_running_plan;
@@ -95,6 +96,9 @@ extern SimbaCaller simba_enter(FunctionCallInfo fcinfo, bool writes);
  */
 extern TimestampTz simba_now(FunctionCallInfo fcinfo);
 extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
+/* SIMBA_LEASE_END (below) in C, for a row's non-NULL col and since. */
+extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool clock_null, TimestampTz clock,
+									  bool origin_null, TimestampTz origin);
 
 /* The null flag of an origin passed as a plan's parameter (none on a standby). */
 #define SIMBA_ORIGIN_NULL(origin) ((origin) == 0 ? 'n' : ' ')
@@ -127,7 +131,9 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
  * its keepalive. It is a function (simba_session_ended, session.c), not a
  * subquery: a statement sets up every subquery it contains each time it
  * runs, whether it is evaluated or not, and that cost every call on a row
- * without a session twice the work of its UPDATE (bench/README.md).
+ * without a session twice the work of its UPDATE (bench/README.md). It
+ * reads the session row from its primary key in the statement's snapshot,
+ * and runs a locking statement only for a session that has ended there.
  */
 #define SIMBA_SESSION_END(origin) SIMBA_LEASE_END("s.transition_at", "s.renewed_at", "s.clock_origin", origin)
 #define SIMBA_SESSION_ENDED(id_col, t, origin, lock) \

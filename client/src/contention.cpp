@@ -273,8 +273,8 @@ void Contention::close_sessions() {
     }
 }
 
-/// The tenures under `l` are suspended: a keepalive failed, or the
-/// connection was lost (the keepalive is due again on reconnect).
+/// A keepalive of `l` failed: what is held under it is suspended until one
+/// gets through (or ends at its deadline).
 void Contention::suspend(SessionLease& l) {
     for (auto& s : l.members)
         if (s->session == l.proof.id) events_.suspend(s);

@@ -33,6 +33,13 @@ SessionRow sessions_of(pqxx::connection& c, const std::string& prefix) {
     return {r[0].as<int>(), r[1].as<int>()};
 }
 
+/// Has session `id` ended on the server (simba_session_status)?
+bool session_ended(pqxx::connection& c, const std::string& id) {
+    pqxx::nontransaction tx(c);
+    return tx.exec_params1("SELECT state = 'ended' FROM simba_session_status WHERE session_id = $1::uuid", id)[0]
+        .as<bool>();
+}
+
 std::vector<std::unique_ptr<MutexContendService>> start_owners(simba::pg::ContendServiceFactory& f,
                                                                 const std::string& prefix, int n,
                                                                 std::vector<std::shared_ptr<Recorder>>& recs,
@@ -155,14 +162,7 @@ TEST(Sessions, ASessionThatEndedOnTheServerEndsItsTenuresAndANewOneTakesOver) {
         ASSERT_TRUE(rec->wait([](auto& ev) { return ev.size() == 2; }, 10s)) << "never released at the deadline";
         EXPECT_FALSE(svc->is_owner());
         // Past the session's end on the server too.
-        ASSERT_TRUE(eventually(
-            [&] {
-                pqxx::nontransaction q(*db);
-                return q.exec_params1("SELECT state = 'ended' FROM simba_session_status WHERE session_id = $1::uuid",
-                                      first_session)[0]
-                    .as<bool>();
-            },
-            5s));
+        ASSERT_TRUE(eventually([&] { return session_ended(*db, first_session); }, 5s));
         tx.abort();
     }
     ASSERT_TRUE(rec->wait([](auto& ev) { return ev.size() == 3; }, 10s)) << "never owned again";
@@ -289,14 +289,7 @@ TEST(Sessions, APermitEndsWithItsSessionAndTheNextIsGrantedUnderANewOne) {
         ASSERT_EQ(lost_at.wait_for(10s), std::future_status::ready) << "never lost at the deadline";
         EXPECT_TRUE(suspended.load()) << "no on_suspended before the loss";
         EXPECT_TRUE(p->lost());
-        ASSERT_TRUE(eventually(
-            [&] {
-                pqxx::nontransaction q(*db);
-                return q.exec_params1("SELECT state = 'ended' FROM simba_session_status WHERE session_id = $1::uuid",
-                                      first_session)[0]
-                    .as<bool>();
-            },
-            5s));
+        ASSERT_TRUE(eventually([&] { return session_ended(*db, first_session); }, 5s));
         tx.abort();
     }
     std::optional<simba::Permit> next;
