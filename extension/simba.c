@@ -202,16 +202,18 @@ simba_prepare(SimbaPlan *p)
 }
 
 /*
- * The schema and owner of the calling SQL function and its install's
- * simba_mutex and simba_session_lease, looked up once per call site (a new install has new
- * functions, so nothing here goes stale).
+ * The schema and owner of the calling SQL function, looked up once per call
+ * site, and its install's simba_mutex and simba_session_lease, looked up on
+ * first use: only the clock and the session check need them, and a lock
+ * statement sets up its call sites afresh each time it runs (a new install
+ * has new functions, so nothing here goes stale).
  */
 typedef struct SimbaFunction
 {
 	Oid			schema;
 	Oid			owner;
-	Oid			mutex_table;
-	Oid			session_table;
+	Oid			mutex_table;	/* InvalidOid until first use */
+	Oid			session_table;	/* InvalidOid until first use */
 } SimbaFunction;
 
 static SimbaFunction *
@@ -225,27 +227,34 @@ calling_function(FunctionCallInfo fcinfo)
 
 		if (!HeapTupleIsValid(tuple))
 			elog(ERROR, "simba: cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
-		f = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(SimbaFunction));
+		f = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(SimbaFunction));
 		f->schema = ((Form_pg_proc) GETSTRUCT(tuple))->pronamespace;
 		f->owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
 		ReleaseSysCache(tuple);
-		f->mutex_table = get_relname_relid("simba_mutex", f->schema);
-		f->session_table = get_relname_relid("simba_session_lease", f->schema);
 		fcinfo->flinfo->fn_extra = f;
 	}
 	return f;
 }
 
+/* Table `name` of the calling function's install, kept in *cache. */
+static Oid
+install_table(FunctionCallInfo fcinfo, Oid *cache, const char *name)
+{
+	if (*cache == InvalidOid)
+		*cache = get_relname_relid(name, calling_function(fcinfo)->schema);
+	return *cache;
+}
+
 Oid
 simba_mutex_table(FunctionCallInfo fcinfo)
 {
-	return calling_function(fcinfo)->mutex_table;
+	return install_table(fcinfo, &calling_function(fcinfo)->mutex_table, "simba_mutex");
 }
 
 Oid
 simba_session_table(FunctionCallInfo fcinfo)
 {
-	return calling_function(fcinfo)->session_table;
+	return install_table(fcinfo, &calling_function(fcinfo)->session_table, "simba_session_lease");
 }
 
 uint64

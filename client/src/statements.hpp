@@ -24,7 +24,8 @@ extern const char* const kRenewSql;
 /// simba_release($1 mutex, $2 id): true if it was the holder.
 extern const char* const kReleaseSql;
 /// simba_release over $1 mutexes[], $2 ids[]: a row per pair, in order;
-/// at most kReleaseBatchMax pairs a statement (some 30 ms of server time).
+/// at most kReleaseBatchMax pairs a statement (about 30 ms: 200 took 6 ms
+/// in pg.Handoff.StoppingManyServicesAtOnce...).
 extern const char* const kReleaseBatchSql;
 constexpr std::ptrdiff_t kReleaseBatchMax = 1000;
 /// simba_session_open($1 ttl µs, $2 transition µs), simba_session_keepalive($1

@@ -113,13 +113,14 @@ struct FactoryOptions {
     /// after its last try. Must be positive.
     std::chrono::milliseconds notify_min_interval{100};
     /// Sessions (extension 1.4; last, so that code initialising the fields
-    /// above by position keeps its meaning): the factory opens one session per lease
-    /// length (ttl, transition) its services use and takes every tenure under
-    /// it; one keepalive per period renews them all, whatever their number,
-    /// and a process that dies loses them all together. A tenure's local
-    /// deadline follows the keepalive that proved it (send time + lease -
-    /// margin), as a renewal's does. false: each tenure is a lease of its own,
-    /// renewed on its own (Simba's protocol, the client before 1.4).
+    /// above by position keeps its meaning): the factory opens one session
+    /// per lease length (ttl, transition) its services and permits use and
+    /// takes every tenure and permit under it; one keepalive per period
+    /// renews them all, whatever their number, and a process that dies loses
+    /// them all together. A tenure's local deadline follows the keepalive
+    /// that proved it (send time + lease - margin), as a renewal's does.
+    /// false: each tenure and permit is a lease of its own, renewed on its
+    /// own (Simba's protocol, the client before 1.4).
     bool sessions = true;
 };
 
@@ -145,9 +146,9 @@ public:
     /// on_released runs, it returns once their callbacks have run), but
     /// releases what they hold with one statement per 1,000 of them instead
     /// of a round trip each: stopping 10,000 services costs 10 statements,
-    /// not 10,000. Each must come
-    /// from this factory, once, and be RUNNING; otherwise none is stopped
-    /// (InvalidArgumentError 22023; IllegalStateError for one not RUNNING).
+    /// not 10,000. Each must come from this factory, once, and be RUNNING;
+    /// otherwise none is stopped (InvalidArgumentError 22023;
+    /// IllegalStateError for one not RUNNING).
     void stop(const std::vector<MutexContendService*>& services);
 
     /// Connections the factory has open right now (0, 1 or 2).
