@@ -46,6 +46,13 @@ SELECT simba_semaphore_release('sec-sem', :'app_token');
 -- gc stays the DBA's
 SELECT simba_semaphore_gc();
 \echo :LAST_ERROR_SQLSTATE
+-- so do the lock statements' internal helpers (a granted role could lock
+-- another role's ended session row through one); simba_epoch_us is granted
+SELECT simba_session_ended(gen_random_uuid(), now(), NULL, true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_lease_end(now(), now(), NULL, now());
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_epoch_us('1970-01-01 00:00:01+00');
 -- still no direct access to the table: only through the functions
 UPDATE simba_mutex SET owner_id = 'me' WHERE mutex = 'sec';
 \echo :LAST_ERROR_SQLSTATE
