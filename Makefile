@@ -104,7 +104,7 @@ all: META.json
 # configured before keeps its options (make test's has the tests on).
 ifeq ($(origin SIMBA_CLI),undefined)
 SIMBA_CLI := $(if $(shell command -v cmake 2>/dev/null),yes,no)
-SIMBA_CLI_NOTE := $(if $(filter no,$(SIMBA_CLI)),simba: cmake not found: building the extension alone; for the C++ client library and the simba command install cmake libpqxx-dev libcli11-dev nlohmann-json3-dev (Debian/Ubuntu))
+SIMBA_CLI_NOTE := $(if $(filter no,$(SIMBA_CLI)),simba: cmake not found: building the extension alone; for the C++ client library and the simba command install cmake libpqxx-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev (Debian/Ubuntu))
 endif
 SIMBA_BUILD ?= build
 PREFIX ?= /usr/local

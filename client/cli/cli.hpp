@@ -52,7 +52,7 @@ struct Failure : std::runtime_error {
 struct Args {
     std::string dsn;  ///< --dsn; empty = libpq's environment
     std::optional<std::string> mutex, contender, ttl, transition, wait, grace, interval, metrics_file,
-        metrics_interval;
+        metrics_interval, listen;
     bool json = false, watch = false, force = false, verbose = false;
     std::vector<std::string> cmd;  ///< run: CMD [ARGS...]
 };
@@ -90,6 +90,10 @@ private:
     bool done_ = false;
     std::thread t_;
 };
+
+/// A field as text ("" for NULL) and as a number (0 for NULL).
+inline std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
+inline double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
 
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);

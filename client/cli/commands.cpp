@@ -1,4 +1,4 @@
-// simba CLI: the one-shot commands — status, acquire, release, owner, metrics.
+// simba CLI: the one-shot commands — status, acquire, release, owner.
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,7 +12,6 @@
 
 #include "cli.hpp"
 #include "simba/errors.hpp"
-#include "simba/metrics.hpp"
 
 namespace simba::cli {
 
@@ -35,8 +34,6 @@ std::string default_contender() {
     return "sh-" + std::to_string(::getppid()) + "@" + host;
 }
 
-std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
-double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
 
 const char* const kMutexStatusSql =
     "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
@@ -340,95 +337,6 @@ int cmd_owner(const Args& a) {
         std::printf("%s\n", row->owner.c_str());
     }
     return held ? ok : not_held;
-}
-
-// ----------------------------------------------------------------- metrics
-
-int cmd_metrics(const Args& a) {
-    auto conn = connect(a.dsn, "simba-metrics");
-    AnswerDeadline deadline(*conn);
-    PrometheusText x;
-    pqxx::result mutexes, sems, stats;
-    std::string stats_error;
-    bool history = false;
-    try {
-        pqxx::nontransaction tx(*conn);
-        mutexes = tx.exec(
-            "SELECT mutex, owner_id, state, coalesce(extract(epoch FROM time_left)::float8, 0), fence, version"
-            " FROM simba_mutex_status ORDER BY mutex");
-        sems = tx.exec(
-            "SELECT key, count(*), max(permits), max(fence) FROM simba_semaphore_status GROUP BY key ORDER BY key");
-        history = tx.exec1("SELECT coalesce(current_setting('simba.history', true), 'off')")[0].as<std::string>() == "on";
-    } catch (const pqxx::failure& e) {
-        fail_sql(e, "reading simba_mutex_status");
-    }
-    try {
-        pqxx::nontransaction tx(*conn);
-        stats = tx.exec(
-            "SELECT mutex, coalesce(holder, ''), acquisitions, releases, late_releases, expired, forced_releases,"
-            " coalesce(extract(epoch FROM last_event_at)::float8, 0) FROM simba_mutex_stats ORDER BY 1, 2");
-    } catch (const pqxx::failure& e) {
-        stats_error = e.what();  // 1.1, or no SELECT on the view: the rest is still worth printing
-        while (!stats_error.empty() && (stats_error.back() == '\n' || stats_error.back() == ' ')) stats_error.pop_back();
-    }
-
-    struct Fam {
-        const char* name;
-        const char* type;
-        const char* help;
-        int col;
-    };
-    const Fam mfams[] = {
-        {"simba_mutex_held", "gauge", "1 while the mutex has an owner whose lease has not ended (held or transition).", -1},
-        {"simba_mutex_in_transition", "gauge", "1 while the owner's ttl has passed but its transition has not.", -2},
-        {"simba_mutex_time_left_seconds", "gauge", "Seconds until others may take the mutex (0 when free).", 3},
-        {"simba_mutex_fence", "gauge", "Fence of the latest tenure of the mutex.", 4},
-        {"simba_mutex_version", "gauge", "Change counter of the mutex row (acquisitions, renewals, releases).", 5},
-    };
-    for (auto& f : mfams) {
-        x.family(f.name, f.type, f.help);
-        for (auto r : mutexes) {
-            double v;
-            const std::string state = str(r[2]);
-            if (f.col == -1) v = (state == "held" || state == "transition") ? 1 : 0;
-            else if (f.col == -2) v = state == "transition" ? 1 : 0;
-            else v = num(r[f.col]);
-            x.sample(f.name, {{"mutex", str(r[0])}}, v);
-        }
-    }
-    x.family("simba_mutex_owner_info", "gauge", "1 for the current owner of each held mutex (owner as a label).");
-    for (auto r : mutexes)
-        if (!r[1].is_null() && str(r[2]) != "free") x.sample("simba_mutex_owner_info", {{"mutex", str(r[0])}, {"owner", str(r[1])}}, 1);
-
-    const Fam sfams[] = {
-        {"simba_semaphore_permits_held", "gauge", "Live permits of the semaphore key.", 1},
-        {"simba_semaphore_permits_limit", "gauge", "The permits limit of the latest acquire of the key.", 2},
-        {"simba_semaphore_fence", "gauge", "Highest fence among the live permits of the key.", 3},
-    };
-    for (auto& f : sfams) {
-        x.family(f.name, f.type, f.help);
-        for (auto r : sems) x.sample(f.name, {{"key", str(r[0])}}, num(r[f.col]));
-    }
-
-    x.family("simba_history_enabled", "gauge",
-           "1 when simba.history is on for this database (the *_total per-holder counters need it).");
-    x.sample("simba_history_enabled", {}, history ? 1 : 0);
-    if (!stats_error.empty()) x.comment("simba_mutex_stats unavailable: " + stats_error);
-    const Fam hfams[] = {
-        {"simba_mutex_acquisitions_total", "counter", "Tenures begun by the holder (from simba_mutex_history).", 2},
-        {"simba_mutex_releases_total", "counter", "Releases by the holder.", 3},
-        {"simba_mutex_late_releases_total", "counter",
-         "Releases by the holder that found its lease already ended (finished after the lease ended).", 4},
-        {"simba_mutex_expired_total", "counter", "Tenures of the holder that ended by expiry (lease lost).", 5},
-        {"simba_mutex_forced_releases_total", "counter", "Tenures of the holder ended by simba_force_release.", 6},
-        {"simba_mutex_last_event_timestamp_seconds", "gauge", "Unix time of the holder's latest history event.", 7},
-    };
-    for (auto& f : hfams) {
-        x.family(f.name, f.type, f.help);
-        for (auto r : stats) x.sample(f.name, {{"mutex", str(r[0])}, {"holder", str(r[1])}}, num(r[f.col]));
-    }
-    std::fputs(x.str().c_str(), stdout);
-    return ok;
 }
 
 }  // namespace simba::cli

@@ -113,11 +113,13 @@ options:
   -m, --mutex NAME, -j, --json, -d, --dsn DSN, -h, --help
 )";
     if (command == "metrics")
-        return R"(usage: simba metrics [--dsn DSN]
+        return R"(usage: simba metrics [--listen ADDRESS:PORT] [--dsn DSN]
 
 Prints the server-side numbers in the Prometheus text format, for a
-node-exporter textfile (simba metrics > dir/simba.prom.tmp && mv ...) or a
-scrape wrapper:
+node-exporter textfile (simba metrics > dir/simba.prom.tmp && mv ...), or
+with --listen serves them to Prometheus on http://ADDRESS:PORT/metrics
+(and /healthz) until SIGTERM or ^C, one query per scrape; while the database
+cannot be reached it answers simba_up 0 and connects again at the next scrape:
   simba_mutex_held, simba_mutex_time_left_seconds, simba_mutex_fence,
   simba_mutex_version, simba_mutex_owner_info          (simba_mutex_status)
   simba_semaphore_permits_held, simba_semaphore_permits_limit,
@@ -127,11 +129,16 @@ scrape wrapper:
   simba_mutex_forced_releases_total,
   simba_mutex_last_event_timestamp_seconds  per mutex and holder (simba_mutex_stats;
                                             needs simba.history = on)
-  simba_history_enabled
+  simba_session_count, simba_session_mutexes, simba_session_permits  per state
+                                                       (simba_session_status)
+  simba_history_enabled, simba_up (--listen)
 Client-side numbers (attempts, busy, renewals, latencies) live in each
 process: `simba run --metrics-file`, or factory.metrics() in C++.
 
 options:
+  -l, --listen ADDRESS:PORT  serve /metrics there: 127.0.0.1:9808, [::1]:9808,
+                             :9808 (every IPv4 address); port 0 picks a free one
+                             (the address is printed on stderr)
   -d, --dsn DSN, -h, --help
 )";
     return R"(usage: simba COMMAND [options]
@@ -144,7 +151,7 @@ commands:
   acquire   one attempt to acquire or renew a mutex, for scripts
   release   release a mutex (--force: admin)
   owner     print a mutex's owner
-  metrics   server-side metrics in the Prometheus text format
+  metrics   server-side metrics in the Prometheus text format (--listen: serve them)
 
 `simba COMMAND --help` describes each. The server is reached through --dsn or
 libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, ...).
@@ -216,6 +223,7 @@ struct Parser {
         auto* owner = commands["owner"];
         owner->add_option("-m,--mutex", a.mutex);
         owner->add_flag("-j,--json", a.json);
+        commands["metrics"]->add_option("-l,--listen", a.listen);
     }
 
     /// The command on the command line ("" if none), also after a parse error.

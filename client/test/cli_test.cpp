@@ -2,9 +2,12 @@
 // throwaway cluster (test/pg-run.sh), and the factory's metrics against the
 // same server. Every wait is a condition with a deadline; the CMDs that
 // simba run starts check exclusivity themselves (mkdir is atomic).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -785,6 +788,11 @@ TEST(CliMetrics, ServerExpositionParsesAndCounts) {
     EXPECT_EQ(late.rc, 1);
     EXPECT_NE(late.err.find("finished after the lease ended"), std::string::npos) << late.err;
     ASSERT_EQ(run({"acquire", "-m", m, "-c", "a", "--ttl", "30s", "--dsn", dsn}).rc, 0);
+    {
+        auto c = admin(dsn);
+        pqxx::nontransaction tx(*c);
+        tx.exec("SELECT simba_acquire('under a session', 's', session_id => (simba_session_open()).session_id)");
+    }
 
     auto x = run({"metrics", "--dsn", dsn});
     ASSERT_EQ(x.rc, 0) << x.err;
@@ -802,11 +810,36 @@ TEST(CliMetrics, ServerExpositionParsesAndCounts) {
     EXPECT_EQ(r.value("simba_mutex_releases_total", {{"mutex", m}, {"holder", "b"}}), 0);
     EXPECT_EQ(r.value("simba_mutex_forced_releases_total", {{"mutex", m}, {"holder", "a"}}), 0);
     EXPECT_GT(r.value("simba_mutex_last_event_timestamp_seconds", {{"mutex", m}, {"holder", "a"}}), 1.7e9);
+    EXPECT_EQ(r.value("simba_session_count", {{"state", "held"}}), 1);
+    EXPECT_EQ(r.value("simba_session_mutexes", {{"state", "held"}}), 1);
+    EXPECT_EQ(r.value("simba_session_count", {{"state", "ended"}}), 0);  // every state, also when empty
     {
         auto c = admin();
         pqxx::nontransaction tx(*c);
         tx.exec0("DROP DATABASE " + db + " WITH (FORCE)");
     }
+}
+
+// --listen: a bad address is a usage error, a port in use exit 69 (the
+// serving itself is test/ops/prometheus.py's, through Prometheus).
+TEST(CliMetrics, ListenRefusesABadAddressAndAPortInUse) {
+    for (const char* bad : {"9808", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:http"}) {
+        auto r = run({"metrics", "--listen", bad});
+        EXPECT_EQ(r.rc, 64) << bad << ": " << r.err;
+        EXPECT_NE(r.err.find("--listen"), std::string::npos) << r.err;
+    }
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(s, 1), 0);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    auto r = run({"metrics", "--listen", "127.0.0.1:" + std::to_string(ntohs(a.sin_port))});
+    ::close(s);
+    EXPECT_EQ(r.rc, 69) << r.err;
+    EXPECT_NE(r.err.find("could not listen on 127.0.0.1:"), std::string::npos) << r.err;
 }
 
 // The factory's own metrics (what simba run --metrics-file exports).

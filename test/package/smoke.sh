@@ -102,4 +102,9 @@ check "the pkg-config program holds a mutex" "$work/smoke-pc"
 
 check "simba --help (simba-cli)" sh -c '/usr/bin/simba --help >/dev/null'
 check "simba run -- true (simba-cli)" /usr/bin/simba run --mutex package-smoke -- true
+# the operators' kit ships with simba-cli, unchanged and usable where it lands
+check "simba-cli's alert rules pass their tests in /usr/share/simba" \
+  sh -c 'cd /usr/share/simba/prometheus && promtool test rules simba-alerts.test.yml >/dev/null'
+check "simba-cli ships the dashboard and the exporter queries" \
+  test -s /usr/share/simba/grafana/simba.json -a -s /usr/share/simba/postgres_exporter.yaml
 exit $failed
