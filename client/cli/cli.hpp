@@ -52,7 +52,7 @@ struct Failure : std::runtime_error {
 struct Args {
     std::string dsn;  ///< --dsn; empty = libpq's environment
     std::optional<std::string> mutex, contender, ttl, transition, wait, grace, interval, metrics_file,
-        metrics_interval, listen;
+        metrics_interval, listen, sort;
     bool json = false, watch = false, force = false, verbose = false;
     std::vector<std::string> cmd;  ///< run: CMD [ARGS...]
 };
@@ -95,6 +95,12 @@ private:
 inline std::string str(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
 inline double num(const pqxx::field& f) { return f.is_null() ? 0.0 : f.as<double>(); }
 
+/// `s` padded with spaces to `w` characters, for columns.
+inline std::string pad(std::string s, std::size_t w) {
+    if (s.size() < w) s.append(w - s.size(), ' ');
+    return s;
+}
+
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);
 
@@ -104,6 +110,7 @@ int cmd_acquire(const Args& args);
 int cmd_release(const Args& args);
 int cmd_owner(const Args& args);
 int cmd_metrics(const Args& args);
+int cmd_top(const Args& args);
 
 }  // namespace simba::cli
 

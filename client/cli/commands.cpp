@@ -60,11 +60,6 @@ Snapshot read_status(pqxx::connection& c, const std::optional<std::string>& only
     return s;
 }
 
-std::string pad(std::string s, std::size_t w) {
-    if (s.size() < w) s.append(w - s.size(), ' ');
-    return s;
-}
-
 std::string render_table(const Snapshot& s) {
     std::ostringstream out;
     std::size_t wm = 5, wo = 5;

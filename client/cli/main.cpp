@@ -141,6 +141,23 @@ options:
                              (the address is printed on stderr)
   -d, --dsn DSN, -h, --help
 )";
+    if (command == "top")
+        return R"(usage: simba top [--interval 1s] [--sort mutex|owner|state|left|fence] [--dsn DSN]
+
+A live view, redrawn every --interval: every mutex with its owner, state
+(held, transition, free), time left and fence; each semaphore key's permits;
+and the latest changes of hands (from simba_mutex_history when simba.history
+is on, else as this view sees fences change). Keys: s sorts by the next
+column, r reverses, q quits (so do ^C and SIGTERM). When stdout or stdin is
+not a terminal it prints the view once and exits. If the database stops
+answering, the last state stays on the screen with the reason, and each
+refresh tries again.
+
+options:
+  -i, --interval DURATION  (default 1s)
+  -s, --sort COLUMN        mutex (default), owner, state, left or fence
+  -d, --dsn DSN, -h, --help
+)";
     return R"(usage: simba COMMAND [options]
 
 A distributed mutex / leader election service inside PostgreSQL.
@@ -152,6 +169,7 @@ commands:
   release   release a mutex (--force: admin)
   owner     print a mutex's owner
   metrics   server-side metrics in the Prometheus text format (--listen: serve them)
+  top       a live view of the mutexes, semaphores and changes of hands
 
 `simba COMMAND --help` describes each. The server is reached through --dsn or
 libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, ...).
@@ -167,7 +185,7 @@ namespace {
 
 using namespace simba::cli;
 
-const char* const kCommands[] = {"run", "status", "acquire", "release", "owner", "metrics"};
+const char* const kCommands[] = {"run", "status", "acquire", "release", "owner", "metrics", "top"};
 
 /// The commands and their options, parsed into `a`; the texts --help prints
 /// are help_for()'s.
@@ -224,6 +242,8 @@ struct Parser {
         owner->add_option("-m,--mutex", a.mutex);
         owner->add_flag("-j,--json", a.json);
         commands["metrics"]->add_option("-l,--listen", a.listen);
+        commands["top"]->add_option("-i,--interval", a.interval);
+        commands["top"]->add_option("-s,--sort", a.sort);
     }
 
     /// The command on the command line ("" if none), also after a parse error.
@@ -306,6 +326,7 @@ int main(int argc, char** argv) {
         if (command == "acquire") return cmd_acquire(a);
         if (command == "release") return cmd_release(a);
         if (command == "owner") return cmd_owner(a);
+        if (command == "top") return cmd_top(a);
         return cmd_metrics(a);
     } catch (const UsageError& e) {
         std::string what = e.what();

@@ -335,7 +335,7 @@ TEST(CliRun, ExitCodesAndEnvironment) {
     EXPECT_EQ(run({"run", "-m", mutex, "--bogus", "--", "true"}).rc, 64);
     EXPECT_EQ(run({"frobnicate"}).rc, 64);
     // --help on every command: exit 0, usage on stdout.
-    for (const char* c : {"run", "status", "acquire", "release", "owner", "metrics"}) {
+    for (const char* c : {"run", "status", "acquire", "release", "owner", "metrics", "top"}) {
         auto h = run({c, "--help"});
         EXPECT_EQ(h.rc, 0) << c;
         EXPECT_EQ(h.out.rfind(std::string("usage: simba ") + c, 0), 0u) << h.out;

@@ -134,11 +134,14 @@ mkdir "$work/snippets"
 cat >"$work/snippets/given.hpp" <<'GIVEN'
 #include <simba/simba.hpp>
 
+#include <httplib.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 struct {
     void log(const char*, const std::string&) {}
