@@ -27,13 +27,22 @@
  * first uses wait on each other and then retry the UPDATE instead of failing.
  * simba_fence_check locks the row FOR SHARE until the caller's transaction
  * ends, so a takeover (an UPDATE) waits for it.
+ *
+ * Multi-lock: simba_acquire_all takes its mutexes one by one in byte order
+ * of their names, inside a subtransaction it rolls back at the first one it
+ * cannot take, so it holds all of them afterwards or changed nothing, and
+ * two multi-locks over overlapping sets wait for each other in one order,
+ * never in a cycle.
  */
 #include "simba.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 
 PG_FUNCTION_INFO_V1(simba_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_renew_1_4);
@@ -41,6 +50,8 @@ PG_FUNCTION_INFO_V1(simba_release_1_4);
 PG_FUNCTION_INFO_V1(simba_owner_1_4);
 PG_FUNCTION_INFO_V1(simba_fence_check_1_4);
 PG_FUNCTION_INFO_V1(simba_mutex_gc);
+PG_FUNCTION_INFO_V1(simba_acquire_all_1_4);
+PG_FUNCTION_INFO_V1(simba_release_all_1_4);
 
 /*
  * Columns of simba_owner, in order; $3 of the acquire statements is t.
@@ -174,16 +185,14 @@ returned_owner(TupleDesc tupdesc)
 }
 
 /*
- * $1..$9 of the acquire and renew plans from the call's mutex, contender_id
- * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1);
- * $10, the session, NULL.
+ * $2..$9 of the acquire and renew plans from the caller, its contender id,
+ * ttl and transition, at simba's clock now; $10, the session, NULL. $1, the
+ * mutex, is the caller's to set.
  */
-static SimbaCaller
-lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
+static void
+fill_lease_args(FunctionCallInfo fcinfo, const SimbaCaller *caller, text *contender,
+				int ttl_arg, Datum *args, char *nulls)
 {
-	SimbaCaller caller = simba_enter(fcinfo, true);
-	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
-	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
 	int64		ttl = simba_duration_arg(fcinfo, ttl_arg, "ttl", false);
 	int64		transition = simba_duration_arg(fcinfo, ttl_arg + 1, "transition", true);
 	TimestampTz t = simba_now(fcinfo);
@@ -191,29 +200,74 @@ lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
 
 	simba_check_lease(ttl, transition);
 	ttl_at = simba_add_usec(t, ttl);
-	args[0] = PointerGetDatum(mutex);
 	args[1] = PointerGetDatum(contender);
 	args[2] = TimestampTzGetDatum(t);
 	args[3] = TimestampTzGetDatum(ttl_at);
 	args[4] = TimestampTzGetDatum(simba_add_usec(ttl_at, transition));
-	args[5] = caller.role;
-	args[6] = caller.roleid;
-	args[7] = caller.sysid;
+	args[5] = caller->role;
+	args[6] = caller->roleid;
+	args[7] = caller->sysid;
 	args[8] = TimestampTzGetDatum(simba_clock_origin(fcinfo));
 	args[9] = (Datum) 0;
 	memset(nulls, ' ', 10);
 	nulls[9] = 'n';
+}
+
+/*
+ * The lease arguments of a call on one mutex: its mutex and contender_id
+ * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1).
+ */
+static SimbaCaller
+lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
+
+	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), ttl_arg, args, nulls);
+	args[0] = PointerGetDatum(mutex);
 	return caller;
 }
 
-/* A mutex never used: free, version and fence still 0 (in the caller's memory). */
-static Datum
-unused_owner(TupleDesc tupdesc, Datum mutex, TimestampTz t)
+/*
+ * One acquire attempt with the plans' arguments: true when the caller holds
+ * the mutex afterwards. SPI_tuptable's first row is the owner after it.
+ *
+ * Won by the UPDATE, lost if the row exists, won by the INSERT if it does
+ * not. An INSERT that meets a concurrent first use returns nothing once
+ * that one commits: the next round's UPDATE then sees its row.
+ */
+static bool
+take_mutex(FunctionCallInfo fcinfo, Datum *args, char *nulls)
+{
+	int			attempt;
+
+	for (attempt = 0;; attempt++)
+	{
+		if (simba_execute(fcinfo, &acquire_update, args, nulls, 1) == 1)
+			return true;
+		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1)
+			return false;
+		if (simba_execute(fcinfo, &acquire_insert, args, nulls, 1) == 1)
+			return true;
+		if (attempt > 0)
+			elog(ERROR, "simba: mutex row vanished while acquiring");
+	}
+}
+
+/* A mutex never used: free, version and fence still 0 (in the current memory context). */
+static HeapTuple
+unused_owner_tuple(TupleDesc tupdesc, Datum mutex, TimestampTz t)
 {
 	Datum		values[9] = {mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0};
 	bool		nulls[9] = {false, true, true, true, true, false, false, false, true};
 
-	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+	return heap_form_tuple(tupdesc, values, nulls);
+}
+
+static Datum
+unused_owner(TupleDesc tupdesc, Datum mutex, TimestampTz t)
+{
+	return HeapTupleGetDatum(unused_owner_tuple(tupdesc, mutex, t));
 }
 
 Datum
@@ -224,7 +278,6 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	SimbaCaller caller = lease_args(fcinfo, 2, args, nulls);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	Datum		result;
-	int			attempt;
 	TimestampTz ttl_at;
 	TimestampTz transition_at;
 
@@ -235,22 +288,7 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 		args[3] = TimestampTzGetDatum(ttl_at);
 		args[4] = TimestampTzGetDatum(transition_at);
 	}
-	/*
-	 * Won by the UPDATE, lost if the row exists, won by the INSERT if it does
-	 * not. An INSERT that meets a concurrent first use returns nothing once
-	 * that one commits: the next round's UPDATE then sees its row.
-	 */
-	for (attempt = 0;; attempt++)
-	{
-		if (simba_execute(fcinfo, &acquire_update, args, nulls, 1) == 1)
-			break;
-		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1)
-			break;
-		if (simba_execute(fcinfo, &acquire_insert, args, nulls, 1) == 1)
-			break;
-		if (attempt > 0)
-			elog(ERROR, "simba: mutex row vanished while acquiring");
-	}
+	(void) take_mutex(fcinfo, args, nulls);
 	result = returned_owner(tupdesc);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
@@ -414,4 +452,166 @@ simba_mutex_gc(PG_FUNCTION_ARGS)
 		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 0);
 	SPI_finish();
 	PG_RETURN_INT64((int64) deleted);
+}
+
+/* Byte order of two names (qsort): the order a multi-lock takes its rows in. */
+static int
+compare_names(const void *a, const void *b)
+{
+	text	   *x = *(text *const *) a;
+	text	   *y = *(text *const *) b;
+	int			lx = VARSIZE_ANY_EXHDR(x);
+	int			ly = VARSIZE_ANY_EXHDR(y);
+	int			c = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(lx, ly));
+
+	return c != 0 ? c : (lx > ly) - (lx < ly);
+}
+
+/* The first row SPI returned, or a never-used mutex's, copied into ctx. */
+static HeapTuple
+owner_row(TupleDesc tupdesc, bool found, Datum mutex, TimestampTz t, MemoryContext ctx)
+{
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	HeapTuple	row = found ? heap_copytuple(SPI_tuptable->vals[0]) : unused_owner_tuple(tupdesc, mutex, t);
+
+	MemoryContextSwitchTo(old);
+	return row;
+}
+
+/*
+ * The names of argument argno (a text[]), checked as simba_name_arg checks
+ * one, in byte order, each once. Returns how many; *names gets them.
+ */
+static int
+mutexes_arg(FunctionCallInfo fcinfo, int argno, text ***names)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("mutexes must not be null")));
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("mutexes must be a one-dimensional array")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mutexes must not be empty")));
+	if (n > SIMBA_MAX_MULTI_LOCK)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("mutexes must name at most %d mutexes", SIMBA_MAX_MULTI_LOCK),
+				 errdetail("It names %d.", n)));
+	*names = palloc(n * sizeof(text *));
+	for (i = 0; i < n; i++)
+	{
+		text	   *t;
+
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("mutexes must not contain null")));
+		t = DatumGetTextPP(elems[i]);
+		if (VARSIZE_ANY_EXHDR(t) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("mutexes must not contain an empty name")));
+		simba_check_chars(t, "a mutex name", SIMBA_MAX_NAME_CHARS);
+		(*names)[i] = t;
+	}
+	qsort(*names, n, sizeof(text *), compare_names);
+	for (i = 1; i < n; i++)
+		if (compare_names(&(*names)[i - 1], &(*names)[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("mutexes must name each mutex once"),
+					 errdetail("\"%s\" appears more than once.", text_to_cstring((*names)[i]))));
+	return n;
+}
+
+Datum
+simba_acquire_all_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	  **names;
+	int			n = mutexes_arg(fcinfo, 0, &names);
+	Datum		args[10];
+	char		nulls[11] = "";
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HeapTuple  *rows = palloc(n * sizeof(HeapTuple));
+	MemoryContext callctx = CurrentMemoryContext;
+	MemoryContext spictx;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		all = true;
+	int			i;
+
+	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), 2, args, nulls);
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	spictx = CurrentMemoryContext;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(spictx);
+	for (i = 0; i < n && all; i++)
+	{
+		args[0] = PointerGetDatum(names[i]);
+		all = take_mutex(fcinfo, args, nulls);
+		if (all)
+			rows[i] = owner_row(rsinfo->setDesc, true, args[0], 0, callctx);
+	}
+	if (all)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(spictx);
+	CurrentResourceOwner = owner;
+
+	/* Refused: every member as it stands now, unchanged by this call. */
+	for (i = 0; i < n && !all; i++)
+		rows[i] = owner_row(rsinfo->setDesc,
+							simba_execute(fcinfo, &owner_select,
+										  (Datum[]) {PointerGetDatum(names[i]), args[2], args[8]}, NULL, 1) == 1,
+							PointerGetDatum(names[i]), DatumGetTimestampTz(args[2]), callctx);
+	for (i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, rows[i]);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+simba_release_all_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	  **names;
+	int			n = mutexes_arg(fcinfo, 0, &names);
+	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
+	TimestampTz t = simba_now(fcinfo);
+	bool	   *released = palloc(n * sizeof(bool));
+	int			count = 0;
+	int			i;
+
+	SPI_connect();
+	for (i = 0; i < n; i++)
+	{
+		released[i] = simba_execute(fcinfo, &release_update,
+									(Datum[]) {PointerGetDatum(names[i]), PointerGetDatum(contender),
+			TimestampTzGetDatum(t), caller.role, caller.roleid, caller.sysid,
+			TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
+		if (!released[i] && simba_history)
+			simba_log_late_release(fcinfo, PointerGetDatum(names[i]), PointerGetDatum(contender), &caller, t);
+		count += released[i];
+	}
+	SPI_finish();
+	/* One NOTIFY per mutex released, as simba_release sends. */
+	for (i = 0; i < n; i++)
+		if (released[i])
+			Async_Notify("simba", text_to_cstring(names[i]));
+	PG_RETURN_INT32(count);
 }

@@ -31,6 +31,8 @@ static const char *const granted_functions[] = {
 	"simba_release(text, text)",
 	"simba_owner(text)",
 	"simba_fence_check(text, text, bigint)",
+	"simba_acquire_all(text[], text, interval, interval)",
+	"simba_release_all(text[], text)",
 	"simba_semaphore_acquire(text, text, integer, interval, text, uuid)",
 	"simba_semaphore_refresh(text, uuid, interval)",
 	"simba_semaphore_release(text, uuid)",

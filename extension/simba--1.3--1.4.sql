@@ -382,6 +382,29 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.simba_epoch_us(timestamptz) IS
   'simba: t as microseconds since 1970-01-01 00:00 UTC, exactly (how clients read lease times); 22008 for infinite or out-of-range times';
 
+-- Multi-lock (mutex.c): all or nothing, rows taken in byte order of the names.
+CREATE FUNCTION @extschema@.simba_acquire_all(
+    mutexes      text[],
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS SETOF @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval) IS
+  'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence';
+
+CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'simba_release_all_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
+  'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
+
 -- Exactly the documented privileges, then every role granted before gets
 -- what simba_grant gives today (the functions and views added since).
 SELECT @extschema@.simba_strip_privileges(true);

@@ -192,6 +192,29 @@ SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_fence_check(text, text, bigint) IS
   'simba: error (SB001 not owner, SB002 stale fence, SB003 lease expired) unless the caller holds the mutex with this fence; locks the row FOR SHARE until the calling transaction ends';
 
+-- Multi-lock (mutex.c): all or nothing, rows taken in byte order of the names.
+CREATE FUNCTION @extschema@.simba_acquire_all(
+    mutexes      text[],
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS SETOF @extschema@.simba_owner
+AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval) IS
+  'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence';
+
+CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'simba_release_all_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
+  'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
+
 -- simba's clock: what the functions and the views count leases with.
 CREATE FUNCTION @extschema@.simba_clock(OUT now timestamptz, OUT origin timestamptz)
 RETURNS record

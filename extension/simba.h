@@ -13,6 +13,8 @@
 
 /* Longest mutex name or contender id, in characters (documented in README). */
 #define SIMBA_MAX_NAME_CHARS 256
+/* Mutexes in one simba_acquire_all / simba_release_all call. */
+#define SIMBA_MAX_MULTI_LOCK 1000
 
 /* Fence-check failures, SQLSTATE class SB ("simba"). */
 #define ERRCODE_SIMBA_NOT_OWNER     MAKE_SQLSTATE('S', 'B', '0', '0', '1')

@@ -1,0 +1,93 @@
+-- simba_acquire_all / simba_release_all: every mutex or none, each with its
+-- own fence; renewed and released together; bound to the role like a
+-- single acquire; bad input changes nothing
+SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET simba.history = on;
+
+-- all three, one row each in byte order of the names ("B" before "a"), each its own fence
+SELECT mutex, owner_id, fence, version, ttl_at - acquired_at AS ttl FROM simba_acquire_all('{b,a,B}', 'me', '1h', '1h');
+-- again: a renewal of all three, fences kept
+SELECT mutex, owner_id, fence, version FROM simba_acquire_all('{a,b,B}', 'me', '1h', '1h');
+
+-- another contender wanting one of them as well as a free one: refused whole,
+-- the rows as they stand; the free one was neither taken nor created
+SELECT mutex, owner_id, fence, version FROM simba_acquire_all('{free,a}', 'you');
+SELECT mutex, owner_id FROM simba_mutex ORDER BY mutex COLLATE "C";
+-- a single holder refuses a multi-lock the same way, whatever the order
+SELECT owner_id, fence FROM simba_acquire('single', 'you', '1h', '1h');
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{zzz,single,c}', 'me');
+SELECT count(*) AS rows_for_c_and_zzz FROM simba_mutex WHERE mutex IN ('c', 'zzz');
+
+-- a member lost (forced release), the rest held: a new attempt takes it back
+-- with a new fence, keeps the others' fences
+SELECT simba_force_release('b');
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{a,b,B}', 'me', '1h', '1h');
+
+-- a member taken by someone else since: refused, the others stay held as they were
+SELECT simba_force_release('B');
+SELECT owner_id, fence FROM simba_acquire('B', 'you', '1h', '1h');
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{a,b,B}', 'me', '1h', '1h');
+
+-- release_all: what the caller holds (a NOTIFY each: multi_lock_race.spec); the one it lost stays
+SELECT simba_release_all('{B,a,b}', 'me') AS released;
+SELECT simba_release_all('{a,b}', 'me') AS released_again;
+SELECT mutex, owner_id FROM simba_mutex WHERE mutex IN ('a', 'b', 'B') ORDER BY mutex COLLATE "C";
+
+-- the history has a row per member and event
+SELECT mutex, event, owner_id FROM simba_mutex_history WHERE mutex IN ('a', 'b') ORDER BY id;
+
+-- another role with the same contender id is another contender
+CREATE ROLE regress_simba_multi;
+SELECT simba_grant('regress_simba_multi');
+SELECT mutex, owner_id FROM simba_acquire_all('{r1,r2}', 'shared', '1h', '1h');
+SET ROLE regress_simba_multi;
+SELECT mutex, owner_id, owner_role FROM simba_acquire_all('{r1,r2}', 'shared', '1h', '1h');
+SELECT simba_release_all('{r1,r2}', 'shared') AS released_by_other_role;
+RESET ROLE;
+SELECT simba_release_all('{r1,r2}', 'shared') AS released_by_holder;
+
+-- bad input: a clear error, nothing changed
+SELECT simba_acquire_all('{keep}', 'me', '1h', '1h') IS NOT NULL AS setup;
+CREATE TEMP TABLE before AS SELECT * FROM simba_mutex;
+SELECT simba_acquire_all(NULL, 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep}', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep,NULL}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep,""}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep,x,keep}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{{keep},{x}}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all(ARRAY['keep', repeat('x', 257)], 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all(array(SELECT 'n' || g FROM generate_series(1, 1001) g), 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep}', 'me', '-1s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep}', 'me', '1 day');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_release_all(NULL, 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_release_all('{keep,keep}', 'me');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_release_all('{keep}', '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS changed_rows FROM (TABLE before EXCEPT ALL TABLE simba_mutex) d;
+-- the limit itself is allowed
+SELECT count(*) FROM simba_acquire_all(array(SELECT 'n' || g FROM generate_series(1, 1000) g), 'me');
+SELECT simba_release_all(array(SELECT 'n' || g FROM generate_series(1, 1000) g), 'me');
+
+SELECT simba_revoke('regress_simba_multi');
+DROP OWNED BY regress_simba_multi;
+DROP ROLE regress_simba_multi;
