@@ -16,6 +16,7 @@
 //  - a permit token works only for the role that took it;
 //  - a fence handed out in a transaction or savepoint that rolled back is
 //    never seen again; committed fences of a mutex never go backwards;
+//  - a multi-lock that did not get every mutex began no tenure;
 //  - the usual row invariants (see the end of main).
 //
 // Usage: sql_fuzz [calls] [seed]   (server from libpq's PG* environment; the
@@ -46,6 +47,8 @@ const std::set<std::string> documented = {
     "22008",                    // lease beyond the timestamp range
     "22021",                    // invalid UTF-8 (rejected by the server's input)
     "22P02", "22007", "22015",  // bad uuid / interval text, interval overflow
+    "2202E", "54000",           // a multi-lock's names: more than one dimension, over 1,000
+    "22P02",                    // a malformed array literal
     "SB001", "SB002", "SB003",  // fence checks
     "55P03",                    // lock_timeout: another session's open transaction holds the row
 };
@@ -75,6 +78,41 @@ Arg name() {
         case 6: return std::string("bad\xff\xfeutf8");  // invalid UTF-8
         case 7: return std::string("\xc3");             // truncated sequence
         default: return common[pick(static_cast<int>(common.size()))];
+    }
+}
+
+// A multi-lock's names: hostile arrays, or one to four names of name() as an array literal.
+Arg names() {
+    switch (pick(10)) {
+        case 0: return std::nullopt;
+        case 1: return std::string("{}");
+        case 2: return std::string("{{alpha},{beta}}");
+        case 3: return std::string("{alpha,alpha}");
+        case 4: {
+            std::string s = "{n0";
+            for (int i = 1; i <= 1000; ++i) s += ",n" + std::to_string(i);  // 1,001 names
+            return s + "}";
+        }
+        case 5: return std::string("not an array");
+        default: {
+            std::string s = "{";
+            const int n = 1 + pick(4);
+            for (int i = 0; i < n; ++i) {
+                const Arg a = name();
+                s += i ? "," : "";
+                if (!a) {
+                    s += "NULL";
+                    continue;
+                }
+                s += '"';
+                for (char ch : *a) {
+                    if (ch == '"' || ch == '\\') s += '\\';
+                    s += ch;
+                }
+                s += '"';
+            }
+            return s + "}";
+        }
     }
 }
 
@@ -299,7 +337,7 @@ int main(int argc, char** argv) {
         if (s.in_txn && !s.in_savepoint && pick(4) == 0) s.in_savepoint = command(s, "SAVEPOINT sp");
 
         Call call;
-        int kind = pick(9);
+        int kind = pick(11);
         switch (kind) {
             case 0: case 1:
                 call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval)",
@@ -319,9 +357,16 @@ int main(int argc, char** argv) {
                         {name(), token(c.tokens), interval()}};
                 break;
             case 7: call = {"SELECT simba_semaphore_release($1, $2::uuid)", {name(), token(c.tokens)}}; break;
-            default:
+            case 8:
                 call = {"SELECT simba_semaphore_fence_check($1, $2::uuid, $3::bigint)",
                         {name(), token(c.tokens), integer(true)}};
+                break;
+            case 9:
+                call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire_all($1::text[], $2, $3::interval, "
+                        "$4::interval)",
+                        {names(), contender(), interval(), interval()}};
+                break;
+            default: call = {"SELECT simba_release_all($1::text[], $2)", {names(), contender()}};
         }
         PGresult* r = run(s.conn, call);
         ExecStatusType st = PQresultStatus(r);
@@ -338,6 +383,23 @@ int main(int argc, char** argv) {
                 if (it != c.holder_of.end() && it->second != Holder{*call.args[1], s.role})
                     violation(stats, s.role + " passed a fence check on " + *call.args[0] + " with the tenure of " +
                                          it->second.first + " (" + it->second.second + ")");
+            }
+            if (kind == 9) {
+                // All or nothing: a refused multi-lock (a member not the
+                // caller's) began no tenure, so every row it shows as the
+                // caller's is one seen before.
+                bool all_mine = true;
+                for (int k = 0; k < PQntuples(r); ++k)
+                    all_mine = all_mine && !PQgetisnull(r, k, 1) && call.args[1] &&
+                               PQgetvalue(r, k, 1) == *call.args[1] && PQgetvalue(r, k, 3) == s.role;
+                for (int k = 0; k < PQntuples(r); ++k) {
+                    if (PQgetisnull(r, k, 1)) continue;
+                    const Tenure t{PQgetvalue(r, k, 0), std::atoll(PQgetvalue(r, k, 2))};
+                    if (!all_mine && PQgetvalue(r, k, 3) == s.role && !c.holder_of.count(t))
+                        violation(stats, "a refused multi-lock of " + s.role + " began tenure " + t.first + "/" +
+                                             std::to_string(t.second));
+                    c.saw_owner(s, t.first, PQgetvalue(r, k, 1), t.second, PQgetvalue(r, k, 3));
+                }
             }
             if (kind == 5 && row) {
                 c.tokens.push_back(PQgetvalue(r, 0, 0));
