@@ -23,12 +23,12 @@ if [ "${1:-}" != --suite ]; then
   $sudo make -s install >/dev/null
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
-    bench_memory simba_fault_proxy >/dev/null
+    bench_memory bench_primitives simba_fault_proxy >/dev/null
   # TCP on 127.0.0.1 as well: benchmark 1 also runs through a delay proxy.
   SIMBA_CLUSTER_TCP=1 exec test/with-cluster.sh "$0" --suite "$@"
 fi
 shift
-want=${*:-1 2 3 4 5 6}
+want=${*:-1 2 3 4 5 6 8}
 on() { [[ " $want " == *" $1 "* ]]; }
 
 mkdir -p "$out"
@@ -90,12 +90,13 @@ fi
 if on 4; then "$bin/bench_scale" "${b4[@]}" --ttl 10 --transition 6 --json "$out/scale.json" 2>&1 | log || rc=1; fi
 if on 5; then "$bin/bench_overhead" "${b5[@]}" --json "$out/overhead.json" 2>&1 | log || rc=1; fi
 if on 6; then "$bin/bench_memory" "${b6[@]}" --json "$out/memory.json" 2>&1 | log || rc=1; fi
+if on 8; then "$bin/bench_primitives" "${b1[@]}" --json "$out/primitives.json" 2>&1 | log || rc=1; fi
 
 # One JSON document with every benchmark that ran.
 {
   echo "{\"date\": \"$(date -u +%FT%TZ)\", \"cores\": $(nproc),"
   sep=""
-  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead memory; do
+  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead memory primitives; do
     [ -s "$out/$name.json" ] || continue
     printf '%s"%s": ' "$sep" "$name"; cat "$out/$name.json"; sep=", "
   done
