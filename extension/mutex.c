@@ -559,17 +559,29 @@ simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 	spictx = CurrentMemoryContext;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(spictx);
-	for (i = 0; i < n && all; i++)
+	PG_TRY();
 	{
-		args[0] = PointerGetDatum(names[i]);
-		all = take_mutex(fcinfo, args, nulls);
+		for (i = 0; i < n && all; i++)
+		{
+			args[0] = PointerGetDatum(names[i]);
+			all = take_mutex(fcinfo, args, nulls);
+			if (all)
+				rows[i] = owner_row(rsinfo->setDesc, true, args[0], 0, callctx);
+		}
 		if (all)
-			rows[i] = owner_row(rsinfo->setDesc, true, args[0], 0, callctx);
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
-	if (all)
-		ReleaseCurrentSubTransaction();
-	else
+	PG_CATCH();
+	{
+		/* Not left open under a caller that catches the error (a savepoint, PL/pgSQL). */
+		MemoryContextSwitchTo(spictx);
 		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	MemoryContextSwitchTo(spictx);
 	CurrentResourceOwner = owner;
 

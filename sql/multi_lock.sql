@@ -42,6 +42,20 @@ SELECT mutex, owner_id FROM simba_mutex WHERE mutex IN ('a', 'b', 'B') ORDER BY 
 -- the history has a row per member and event
 SELECT mutex, event, owner_id FROM simba_mutex_history WHERE mutex IN ('a', 'b') ORDER BY id;
 
+-- an error inside the multi-lock, caught by a PL/pgSQL block: what it took
+-- before the error is not kept (its subtransaction is rolled back first)
+CREATE FUNCTION regress_boom() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN IF NEW.mutex = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER regress_boom BEFORE INSERT ON simba_mutex FOR EACH ROW EXECUTE FUNCTION regress_boom();
+BEGIN;
+DO $$ BEGIN PERFORM simba_acquire_all('{aa,boom}', 'me');
+EXCEPTION WHEN raise_exception THEN RAISE NOTICE 'caught: %', SQLERRM; END $$;
+SELECT count(*) AS rows_for_aa FROM simba_mutex WHERE mutex = 'aa';
+SELECT owner_id FROM simba_acquire('aa', 'me');
+COMMIT;
+DROP TRIGGER regress_boom ON simba_mutex;
+DROP FUNCTION regress_boom();
+
 -- another role with the same contender id is another contender
 CREATE ROLE regress_simba_multi;
 SELECT simba_grant('regress_simba_multi');
