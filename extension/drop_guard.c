@@ -1,6 +1,7 @@
 /*
  * drop_guard.c — DROP EXTENSION simba (or DROP SCHEMA ... CASCADE of its
- * schema) refuses while a lease or permit is live.
+ * schema) refuses while a lease (of a mutex or a read-write lock) or a permit
+ * is live.
  *
  * A re-created extension starts its fence sequences again at 1, so it could
  * hand a (mutex, contender, role, fence) that a live holder of the dropped
@@ -21,7 +22,9 @@ PG_FUNCTION_INFO_V1(simba_drop_guard);
 
 /* $1 t, $2 origin */
 static SimbaPlan live_leases = {
-	"SELECT (SELECT pg_catalog.count(*) FROM simba_mutex AS m WHERE " SIMBA_MUTEX_LIVE("$1", "$2") "),"
+	"SELECT (SELECT pg_catalog.count(*) FROM simba_mutex AS m WHERE " SIMBA_MUTEX_LIVE("$1", "$2") ")"
+	"     + (SELECT pg_catalog.count(*) FROM simba_rwlock_holder AS h WHERE h.mode <> 'waiting' AND "
+	SIMBA_LEASE_END("h.transition_at", "h.renewed_at", "h.clock_origin", "$2") " > $1),"
 	"       (SELECT pg_catalog.count(*) FROM simba_semaphore_permit AS p WHERE " SIMBA_PERMIT_LIVE("$1", "$2") ")",
 	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
 };

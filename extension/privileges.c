@@ -33,6 +33,9 @@ static const char *const granted_functions[] = {
 	"simba_fence_check(text, text, bigint)",
 	"simba_acquire_all(text[], text, interval, interval)",
 	"simba_release_all(text[], text)",
+	"simba_rwlock_acquire(text, text, text, interval, interval)",
+	"simba_rwlock_release(text, text)",
+	"simba_rwlock_fence_check(text, text, bigint)",
 	"simba_semaphore_acquire(text, text, integer, interval, text, uuid)",
 	"simba_semaphore_refresh(text, uuid, interval)",
 	"simba_semaphore_release(text, uuid)",
@@ -49,6 +52,7 @@ static const char *const granted_relations[] = {
 	"simba_mutex_status",
 	"simba_semaphore_status",
 	"simba_session_status",
+	"simba_rwlock_status",
 	"simba_mutex_stats",
 	"simba_mutex_history",
 };

@@ -405,6 +405,107 @@ SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
   'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
 
+-- Read-write locks (rwlock.c): many readers or one writer, writers preferred.
+CREATE SEQUENCE @extschema@.simba_rwlock_fence;
+COMMENT ON SEQUENCE @extschema@.simba_rwlock_fence IS
+  'simba: writers'' fences of read-write locks (never reused)';
+CREATE TABLE @extschema@.simba_rwlock (
+    rwlock      text   PRIMARY KEY,
+    write_fence bigint NOT NULL DEFAULT 0,
+    version     bigint NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE @extschema@.simba_rwlock IS
+  'simba: one row per read-write lock; write_fence is the latest writer''s fence, the write epoch a reader''s fence names; every grant locks the row. Written only by the simba_rwlock_* functions';
+CREATE TABLE @extschema@.simba_rwlock_holder (
+    rwlock        text        NOT NULL,
+    owner_id      text        NOT NULL,
+    owner_role    name        NOT NULL,
+    owner_roleid  oid         NOT NULL,
+    owner_sysid   bigint      NOT NULL,
+    mode          text        NOT NULL CHECK (mode IN ('read', 'write', 'waiting')),
+    fence         bigint      NOT NULL,
+    acquired_at   timestamptz NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    ttl_at        timestamptz NOT NULL,
+    transition_at timestamptz NOT NULL,
+    clock_origin  timestamptz,
+    PRIMARY KEY (rwlock, owner_id, owner_roleid, owner_sysid)
+);
+COMMENT ON TABLE @extschema@.simba_rwlock_holder IS
+  'simba: readers, the writer and the waiting writers of each read-write lock, each with its lease (from renewed_at, on the clock of clock_origin); a waiting writer''s acquired_at is its place in the queue. Written only by the simba_rwlock_* functions';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock_holder', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock_fence', '');
+
+CREATE TYPE @extschema@.simba_rwlock_grant AS (
+    rwlock        text,
+    contender_id  text,
+    mode          text,
+    granted       boolean,
+    fence         bigint,
+    acquired_at   timestamptz,
+    ttl_at        timestamptz,
+    transition_at timestamptz,
+    current_at    timestamptz,
+    position      integer
+);
+COMMENT ON TYPE @extschema@.simba_rwlock_grant IS
+  'simba: the caller''s hold of a read-write lock at current_at: mode read or write (granted, with fence: the writer''s own, or for a reader the write epoch), waiting (a writer queued at position, 1 = next; ask again before transition_at to keep the place), or NULL (a reader refused: a writer holds or waits)';
+
+CREATE FUNCTION @extschema@.simba_rwlock_acquire(
+    rwlock       text,
+    contender_id text,
+    mode         text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_rwlock_grant
+AS 'MODULE_PATHNAME', 'simba_rwlock_acquire_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval) IS
+  'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005)';
+
+CREATE FUNCTION @extschema@.simba_rwlock_release(rwlock text, contender_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_rwlock_release_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_rwlock_release(text, text) IS
+  'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name; false and no change otherwise';
+
+CREATE FUNCTION @extschema@.simba_rwlock_fence_check(rwlock text, contender_id text, fence bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'simba_rwlock_fence_check_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
+  'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
+
+CREATE VIEW @extschema@.simba_rwlock_status WITH (security_barrier) AS
+SELECT r.rwlock,
+       CASE WHEN pg_catalog.count(*) FILTER (WHERE h.mode = 'write') > 0 THEN 'write'
+            WHEN pg_catalog.count(*) FILTER (WHERE h.mode = 'read') > 0 THEN 'read'
+            ELSE 'free' END AS mode,
+       pg_catalog.array_agg(h.owner_id ORDER BY h.owner_id) FILTER (WHERE h.mode IN ('read', 'write')) AS holders,
+       pg_catalog.count(*) FILTER (WHERE h.mode = 'waiting') AS waiting_writers,
+       r.write_fence,
+       r.version
+  FROM @extschema@.simba_rwlock r
+ CROSS JOIN @extschema@.simba_clock() c
+  LEFT JOIN LATERAL (
+       SELECT h.owner_id, h.mode
+         FROM @extschema@.simba_rwlock_holder h
+        CROSS JOIN LATERAL (SELECT CASE WHEN h.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                        THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - h.renewed_at))
+                                        ELSE interval '0' END AS shift) s
+        WHERE h.rwlock = r.rwlock AND h.transition_at + s.shift > c.now) h ON true
+ GROUP BY r.rwlock, r.write_fence, r.version;
+COMMENT ON VIEW @extschema@.simba_rwlock_status IS
+  'simba: every read-write lock now: mode write, read or free, its live holders, the writers waiting for it, and the write epoch (write_fence)';
+
 -- Exactly the documented privileges, then every role granted before gets
 -- what simba_grant gives today (the functions and views added since).
 SELECT @extschema@.simba_strip_privileges(true);

@@ -22,6 +22,8 @@
 #define ERRCODE_SIMBA_LEASE_EXPIRED MAKE_SQLSTATE('S', 'B', '0', '0', '3')
 /* A session that has ended (closed or past transition_at), is unknown, or is another role's. */
 #define ERRCODE_SIMBA_NO_SESSION    MAKE_SQLSTATE('S', 'B', '0', '0', '4')
+/* A reader of a read-write lock asked to write (rwlock.c): refused, never a deadlock. */
+#define ERRCODE_SIMBA_UPGRADE_REFUSED MAKE_SQLSTATE('S', 'B', '0', '0', '5')
 
 /*
  * A statement prepared once per backend and kept. Its text names simba's
@@ -34,7 +36,7 @@ typedef struct SimbaPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[11];
+	Oid			argtypes[13];
 	SPIPlanPtr	plan;			/* NULL until first use */
 } SimbaPlan;
 

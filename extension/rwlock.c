@@ -1,0 +1,439 @@
+/*
+ * rwlock.c — the fenced read-write lock: many readers or one writer.
+ *
+ * Every grant, release and fence check of a lock goes through its row in
+ * simba_rwlock: a grant or release locks it FOR UPDATE, a fence check FOR
+ * SHARE, so decisions on one lock are serialized, and a fence-checked
+ * transaction holds off every grant (the one that would conflict with it
+ * included) until it ends. Holders are rows of simba_rwlock_holder, each
+ * with its own lease on simba's clock (as a mutex tenure, see mutex.c):
+ * mode 'read', 'write', or 'waiting' — a writer queued behind the holders.
+ *
+ * Writer preference: while a writer waits, new readers are refused, so a
+ * stream of readers cannot starve it. A waiting writer keeps its place only
+ * by asking again within its lease: one that stops asking lapses and drops
+ * out. Writers are granted in the order they started waiting.
+ *
+ * Fences: a writer takes a new value of simba_rwlock_fence (never reused,
+ * as simba_mutex_fence); the lock row keeps it as write_fence, the write
+ * epoch, which is a reader's fence. A writer may downgrade to a reader
+ * (ask for 'read' while writing: no gap, its fence stays); a reader asking
+ * for 'write' is refused with SB005, never left to deadlock with another.
+ *
+ * A call that changes nothing (a reader refused, a release or fence check
+ * of a non-holder) rolls back its internal subtransaction or fails, so it
+ * keeps no lock on the row in the caller's transaction: a role that holds
+ * nothing cannot stall the lock. A writer that starts waiting writes its
+ * queue entry, which holds the row like a grant until its transaction ends.
+ */
+#include "simba.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "funcapi.h"
+#include "storage/itemptr.h"
+#include "utils/builtins.h"
+#include "utils/resowner.h"
+
+PG_FUNCTION_INFO_V1(simba_rwlock_acquire_1_4);
+PG_FUNCTION_INFO_V1(simba_rwlock_release_1_4);
+PG_FUNCTION_INFO_V1(simba_rwlock_fence_check_1_4);
+
+/* Lease end of holder row h as the clock of `origin` counts it. */
+#define HOLDER_END(origin) SIMBA_LEASE_END("h.transition_at", "h.renewed_at", "h.clock_origin", origin)
+
+static SimbaPlan lock_update = {
+	"SELECT write_fence FROM simba_rwlock WHERE rwlock = $1 FOR UPDATE",
+	1, {TEXTOID}
+};
+
+static SimbaPlan lock_share = {
+	"SELECT write_fence FROM simba_rwlock WHERE rwlock = $1 FOR SHARE",
+	1, {TEXTOID}
+};
+
+static SimbaPlan lock_insert = {
+	"INSERT INTO simba_rwlock (rwlock) VALUES ($1) ON CONFLICT (rwlock) DO NOTHING",
+	1, {TEXTOID}
+};
+
+/* $2 t, $3 origin */
+static SimbaPlan drop_lapsed = {
+	"DELETE FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND " HOLDER_END("$3") " <= $2",
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * Every holder row of the lock in queue order: $1 rwlock, the caller as $2
+ * contender, $3 role, $4 roleid, $5 sysid; $6 origin.
+ */
+static SimbaPlan holders_select = {
+	"SELECT h.ctid, h.mode, h.fence, h.owner_id = $2 AND "
+	SIMBA_SAME_ROLE("h.owner_role", "h.owner_roleid", "h.owner_sysid", "$3", "$4", "$5") ","
+	"       h.acquired_at, " HOLDER_END("$6") ", h.owner_id, h.owner_role"
+	"  FROM simba_rwlock_holder AS h WHERE h.rwlock = $1"
+	" ORDER BY h.acquired_at, h.owner_id",
+	6, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+};
+
+/*
+ * $1 rwlock, $2 contender, $3 role, $4 roleid, $5 sysid, $6 mode, $7 fence,
+ * $8 acquired_at, $9 t, $10 ttl_at, $11 transition_at, $12 origin
+ */
+#define HOLDER_ARGS 12, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, \
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+
+static SimbaPlan holder_insert = {
+	"INSERT INTO simba_rwlock_holder (rwlock, owner_id, owner_role, owner_roleid, owner_sysid, mode, fence,"
+	"       acquired_at, renewed_at, ttl_at, transition_at, clock_origin)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+	HOLDER_ARGS
+};
+
+/* The caller's row, by ctid ($13): its role columns become this cluster's (after a restore). */
+static SimbaPlan holder_update = {
+	"UPDATE simba_rwlock_holder AS h"
+	"   SET owner_role = $3, owner_roleid = $4, owner_sysid = $5, mode = $6, fence = $7, acquired_at = $8,"
+	"       renewed_at = $9, ttl_at = $10, transition_at = $11, clock_origin = $12"
+	" WHERE h.ctid = $13 AND h.rwlock = $1 AND h.owner_id = $2",
+	13, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIDOID}
+};
+
+static SimbaPlan holder_delete = {
+	"DELETE FROM simba_rwlock_holder AS h WHERE h.ctid = $2 AND h.rwlock = $1",
+	2, {TEXTOID, TIDOID}
+};
+
+static SimbaPlan next_write_fence = {
+	"UPDATE simba_rwlock SET write_fence = pg_catalog.nextval('simba_rwlock_fence'), version = version + 1"
+	" WHERE rwlock = $1 RETURNING write_fence",
+	1, {TEXTOID}
+};
+
+/* What the holder rows of a lock say, seen by one caller. */
+typedef struct Holders
+{
+	bool		mine;			/* the caller has a row: */
+	ItemPointerData mine_tid;
+	char	   *mine_mode;
+	int64		mine_fence;
+	TimestampTz mine_since;		/* its acquired_at */
+	TimestampTz mine_end;
+	int			readers;		/* other live rows by mode */
+	int			writers;
+	int			waiting;
+	int			waiting_ahead;	/* other waiting writers before the caller's entry (all, if none) */
+	char	   *writer;			/* the other writer, for messages */
+} Holders;
+
+static int64
+value_int64(HeapTuple row, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(row, SPI_tuptable->tupdesc, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* Inside SPI, under the lock row: the holder rows (all live when lapsed ones were dropped). */
+static Holders
+read_holders(FunctionCallInfo fcinfo, text *rwlock, text *contender, const SimbaCaller *caller, TimestampTz origin)
+{
+	Holders		h = {0};
+	uint64		i;
+
+	simba_execute(fcinfo, &holders_select,
+				  (Datum[]) {PointerGetDatum(rwlock), PointerGetDatum(contender), caller->role, caller->roleid,
+		caller->sysid, TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *mode = SPI_getvalue(row, desc, 2);
+		bool		isnull;
+
+		if (DatumGetBool(SPI_getbinval(row, desc, 4, &isnull)))
+		{
+			h.mine = true;
+			h.mine_tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 1, &isnull));
+			h.mine_mode = mode;
+			h.mine_fence = value_int64(row, 3);
+			h.mine_since = DatumGetTimestampTz(SPI_getbinval(row, desc, 5, &isnull));
+			h.mine_end = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
+		}
+		else if (strcmp(mode, "read") == 0)
+			h.readers++;
+		else if (strcmp(mode, "write") == 0)
+		{
+			h.writers++;
+			h.writer = psprintf("\"%s\" of role \"%s\"", SPI_getvalue(row, desc, 7), SPI_getvalue(row, desc, 8));
+		}
+		else
+		{
+			h.waiting++;
+			if (!h.mine || strcmp(h.mine_mode, "waiting") != 0)
+				h.waiting_ahead++;
+		}
+	}
+	return h;
+}
+
+/* The lock's row locked FOR UPDATE, made on first use; returns its write_fence. */
+static int64
+lock_for_update(FunctionCallInfo fcinfo, text *rwlock)
+{
+	while (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 0)
+		simba_execute(fcinfo, &lock_insert, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 0);
+	return value_int64(SPI_tuptable->vals[0], 1);
+}
+
+static bool
+mode_is(const Holders *h, const char *mode)
+{
+	return h->mine && strcmp(h->mine_mode, mode) == 0;
+}
+
+Datum
+simba_rwlock_acquire_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	   *rwlock = simba_name_arg(fcinfo, 0, "rwlock");
+	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
+	text	   *mode_arg = simba_name_arg(fcinfo, 2, "mode");
+	char	   *want = text_to_cstring(mode_arg);
+	bool		write = strcmp(want, "write") == 0;
+	int64		ttl = simba_duration_arg(fcinfo, 3, "ttl", false);
+	int64		transition = simba_duration_arg(fcinfo, 4, "transition", true);
+	TupleDesc	tupdesc;
+	Datum		values[10];
+	bool		nulls[10] = {false};
+	const char *mode = NULL;	/* the caller's mode afterwards; NULL: a reader refused */
+	MemoryContext spictx;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	if (!write && strcmp(want, "read") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode must be 'read' or 'write', not \"%s\"", want)));
+	simba_check_lease(ttl, transition);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "simba: return type must be simba_rwlock_grant");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	SPI_connect();
+	spictx = CurrentMemoryContext;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(spictx);
+	PG_TRY();
+	{
+		int64		write_fence = lock_for_update(fcinfo, rwlock);
+
+		/* The clock after the lock: every earlier grant is visible now. */
+		TimestampTz t = simba_now(fcinfo);
+		TimestampTz origin = simba_clock_origin(fcinfo);
+		TimestampTz ttl_at = simba_add_usec(t, ttl);
+		Datum		args[13];
+		char		argnulls[14] = "             ";
+		Holders		h;
+		int64		fence = 0;
+		TimestampTz since = t;
+		int			position = 0;
+
+		simba_execute(fcinfo, &drop_lapsed,
+					  (Datum[]) {PointerGetDatum(rwlock), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+					  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+		h = read_holders(fcinfo, rwlock, contender, &caller, origin);
+
+		if (write && mode_is(&h, "read"))
+			ereport(ERROR,
+					(errcode(ERRCODE_SIMBA_UPGRADE_REFUSED),
+					 errmsg("contender \"%s\" holds rwlock \"%s\" for reading and cannot upgrade to writing",
+							text_to_cstring(contender), text_to_cstring(rwlock)),
+					 errdetail("Two readers upgrading at once would wait for each other forever."),
+					 errhint("Release it, then acquire it for writing: the write gets a new fence.")));
+		if (write && mode_is(&h, "write"))
+		{
+			mode = "write";		/* a renewal */
+			fence = h.mine_fence;
+			since = h.mine_since;
+		}
+		else if (write && h.readers == 0 && h.writers == 0 && h.waiting_ahead == 0)
+		{
+			mode = "write";
+			simba_execute(fcinfo, &next_write_fence, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1);
+			fence = value_int64(SPI_tuptable->vals[0], 1);
+		}
+		else if (write)
+		{
+			mode = "waiting";
+			position = h.waiting_ahead + 1;
+			if (h.mine)
+				since = h.mine_since;	/* its place in the queue */
+		}
+		else if (mode_is(&h, "read") || mode_is(&h, "write"))
+		{
+			mode = "read";		/* a renewal, or a downgrade without a gap */
+			fence = h.mine_fence;
+			since = h.mine_since;
+		}
+		else if (h.writers == 0 && h.waiting == 0)
+		{
+			mode = "read";
+			fence = write_fence;
+		}
+
+		if (mode != NULL)
+		{
+			args[0] = PointerGetDatum(rwlock);
+			args[1] = PointerGetDatum(contender);
+			args[2] = caller.role;
+			args[3] = caller.roleid;
+			args[4] = caller.sysid;
+			args[5] = CStringGetTextDatum(mode);
+			args[6] = Int64GetDatum(fence);
+			args[7] = TimestampTzGetDatum(since);
+			args[8] = TimestampTzGetDatum(t);
+			args[9] = TimestampTzGetDatum(ttl_at);
+			args[10] = TimestampTzGetDatum(simba_add_usec(ttl_at, transition));
+			args[11] = TimestampTzGetDatum(origin);
+			argnulls[11] = SIMBA_ORIGIN_NULL(origin);
+			args[12] = PointerGetDatum(&h.mine_tid);
+			if (simba_execute(fcinfo, h.mine ? &holder_update : &holder_insert, args, argnulls, 0) != 1)
+				elog(ERROR, "simba: rwlock holder row vanished while granting");
+			values[5] = args[7];
+			values[6] = args[9];
+			values[7] = args[10];
+		}
+		else
+			nulls[5] = nulls[6] = nulls[7] = true;
+		values[0] = PointerGetDatum(rwlock);
+		values[1] = PointerGetDatum(contender);
+		nulls[2] = mode == NULL;	/* values[2] after SPI_finish: in the caller's memory */
+		values[3] = BoolGetDatum(mode != NULL && strcmp(mode, "waiting") != 0);
+		values[4] = Int64GetDatum(fence);
+		nulls[4] = mode == NULL || strcmp(mode, "waiting") == 0;
+		values[8] = TimestampTzGetDatum(t);
+		values[9] = Int32GetDatum(position);
+		nulls[9] = position == 0;
+
+		/* A reader refused changed nothing: no lock is kept. */
+		if (mode != NULL)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(spictx);
+		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(spictx);
+	CurrentResourceOwner = owner;
+	SPI_finish();
+	if (mode != NULL)
+		values[2] = CStringGetTextDatum(mode);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+simba_rwlock_release_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	   *rwlock = simba_name_arg(fcinfo, 0, "rwlock");
+	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
+	MemoryContext spictx;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		released = false;
+	bool		withdrawn = false;
+
+	SPI_connect();
+	spictx = CurrentMemoryContext;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(spictx);
+	PG_TRY();
+	{
+		if (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 1)
+		{
+			TimestampTz t = simba_now(fcinfo);
+			TimestampTz origin = simba_clock_origin(fcinfo);
+			Holders		h = read_holders(fcinfo, rwlock, contender, &caller, origin);
+
+			/* A live hold is released; a queued writer's entry is withdrawn. */
+			if (h.mine && h.mine_end > t)
+			{
+				simba_execute(fcinfo, &holder_delete,
+							  (Datum[]) {PointerGetDatum(rwlock), PointerGetDatum(&h.mine_tid)}, NULL, 0);
+				released = !mode_is(&h, "waiting");
+				withdrawn = !released;
+			}
+		}
+		if (released || withdrawn)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(spictx);
+		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(spictx);
+	CurrentResourceOwner = owner;
+	SPI_finish();
+	/* Whoever waits for it may be granted now (delivered at commit). */
+	if (released || withdrawn)
+		Async_Notify("simba", text_to_cstring(rwlock));
+	PG_RETURN_BOOL(released);
+}
+
+Datum
+simba_rwlock_fence_check_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	   *rwlock = simba_name_arg(fcinfo, 0, "rwlock");
+	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
+	int64		fence = simba_int64_arg(fcinfo, 2, "fence");
+	char	   *name = text_to_cstring(rwlock);
+	char	   *who = text_to_cstring(contender);
+	Holders		h = {0};
+	TimestampTz t;
+
+	if (fence < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fence must not be negative")));
+	SPI_connect();
+	/* FOR SHARE until the transaction ends: no grant (a conflicting one included) until then. */
+	if (simba_execute(fcinfo, &lock_share, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 1)
+		h = read_holders(fcinfo, rwlock, contender, &caller, simba_clock_origin(fcinfo));
+	/* Read after the lock: the lease must still hold now. */
+	t = simba_now(fcinfo);
+	if (!mode_is(&h, "read") && !mode_is(&h, "write"))
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_NOT_OWNER),
+				 errmsg("contender \"%s\" does not hold rwlock \"%s\"", who, name),
+				 h.writer ? errdetail("It is held for writing by %s.", h.writer)
+				 : mode_is(&h, "waiting") ? errdetail("The contender is waiting to write.") : 0));
+	if (fence != h.mine_fence)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_STALE_FENCE),
+				 errmsg("stale fence " INT64_FORMAT " for rwlock \"%s\"", fence, name),
+				 errdetail("The contender holds it for %s with fence " INT64_FORMAT ".", h.mine_mode, h.mine_fence)));
+	if (h.mine_end <= t)
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_LEASE_EXPIRED),
+				 errmsg("lease of contender \"%s\" on rwlock \"%s\" has expired", who, name),
+				 errdetail("It ended at %s.", timestamptz_to_str(h.mine_end)),
+				 errhint("Acquire the rwlock again.")));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
