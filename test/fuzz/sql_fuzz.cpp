@@ -17,6 +17,7 @@
 //  - a fence handed out in a transaction or savepoint that rolled back is
 //    never seen again; committed fences of a mutex never go backwards;
 //  - a multi-lock that did not get every mutex began no tenure;
+//  - a read-write lock never has a writer beside another holder;
 //  - the usual row invariants (see the end of main).
 //
 // Usage: sql_fuzz [calls] [seed]   (server from libpq's PG* environment; the
@@ -50,6 +51,7 @@ const std::set<std::string> documented = {
     "2202E", "54000",           // a multi-lock's names: more than one dimension, over 1,000
     "22P02",                    // a malformed array literal
     "SB001", "SB002", "SB003",  // fence checks
+    "SB005",                    // a reader of a read-write lock asked to write
     "55P03",                    // lock_timeout: another session's open transaction holds the row
 };
 // Besides, inside an explicit transaction: a serialization failure or a
@@ -116,6 +118,12 @@ Arg names() {
     }
 }
 
+Arg rw_mode() {
+    static const std::vector<std::string> modes = {"read", "write", "read", "write", "READ", "", "exclusive", "write "};
+    if (pick(12) == 0) return std::nullopt;
+    return modes[pick(static_cast<int>(modes.size()))];
+}
+
 Arg contender() {
     static const std::vector<std::string> ids = {"a", "b", "c", "1:42@host", "é"};
     if (pick(6) == 0) return name();
@@ -152,6 +160,12 @@ Arg token(const std::vector<std::string>& known) {
             return std::string("5f0c7b4e-0d6a-4c59-8a4b-0c1d2e3f4a5b");
     }
 }
+
+// The live holders of read-write lock $1 when a writer is beside another holder (one row), else none.
+const char* const kRwOverlapSql =
+    "SELECT string_agg(mode || ' ' || owner_id, ', ') FROM simba_rwlock_holder "
+    "WHERE rwlock = $1 AND mode <> 'waiting' AND transition_at > clock_timestamp() "
+    "HAVING count(*) FILTER (WHERE mode = 'write') > 1 OR (count(*) FILTER (WHERE mode = 'write') = 1 AND count(*) > 1)";
 
 struct Call {
     std::string sql;
@@ -337,7 +351,7 @@ int main(int argc, char** argv) {
         if (s.in_txn && !s.in_savepoint && pick(4) == 0) s.in_savepoint = command(s, "SAVEPOINT sp");
 
         Call call;
-        int kind = pick(11);
+        int kind = pick(14);
         switch (kind) {
             case 0: case 1:
                 call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval)",
@@ -366,7 +380,14 @@ int main(int argc, char** argv) {
                         "$4::interval)",
                         {names(), contender(), interval(), interval()}};
                 break;
-            default: call = {"SELECT simba_release_all($1::text[], $2)", {names(), contender()}};
+            case 10: call = {"SELECT simba_release_all($1::text[], $2)", {names(), contender()}}; break;
+            case 11:
+                call = {"SELECT mode, granted, fence FROM simba_rwlock_acquire($1, $2, $3, $4::interval, $5::interval)",
+                        {name(), contender(), rw_mode(), interval(), interval()}};
+                break;
+            case 12: call = {"SELECT simba_rwlock_release($1, $2)", {name(), contender()}}; break;
+            default:
+                call = {"SELECT simba_rwlock_fence_check($1, $2, $3::bigint)", {name(), contender(), integer(true)}};
         }
         PGresult* r = run(s.conn, call);
         ExecStatusType st = PQresultStatus(r);
@@ -400,6 +421,16 @@ int main(int argc, char** argv) {
                                              std::to_string(t.second));
                     c.saw_owner(s, t.first, PQgetvalue(r, k, 1), t.second, PQgetvalue(r, k, 3));
                 }
+            }
+            if (kind == 11 && !s.in_txn && call.args[0]) {
+                // A grant just committed: no writer beside another live holder of that lock.
+                const char* v[] = {call.args[0]->c_str()};
+                PGresult* o = PQexecParams(conn, kRwOverlapSql, 1, nullptr, v, nullptr, nullptr, 0);
+                if (PQresultStatus(o) != PGRES_TUPLES_OK)
+                    violation(stats, std::string("rwlock overlap check: ") + PQerrorMessage(conn));
+                else if (PQntuples(o) > 0)
+                    violation(stats, std::string("rwlock holders overlap: ") + PQgetvalue(o, 0, 0));
+                PQclear(o);
             }
             if (kind == 5 && row) {
                 c.tokens.push_back(PQgetvalue(r, 0, 0));
@@ -475,6 +506,10 @@ int main(int argc, char** argv) {
     check_rows(conn, stats, "tenure begun twice",
                "SELECT mutex || ': fence ' || fence FROM simba_mutex_history "
                "WHERE event IN ('acquired', 'taken_over', 'reacquired') GROUP BY mutex, fence HAVING count(*) > 1");
+    // Read-write locks: never a fence above the lock's epoch.
+    check_rows(conn, stats, "rwlock fence above its epoch",
+               "SELECT h.rwlock || ': ' || h.fence || ' > ' || r.write_fence FROM simba_rwlock_holder h "
+               "JOIN simba_rwlock r USING (rwlock) WHERE h.fence > r.write_fence");
     check_rows(conn, stats, "late release repeated",
                "SELECT mutex || ': fence ' || fence FROM simba_mutex_history WHERE event = 'late_release' "
                "GROUP BY mutex, fence HAVING count(*) > 1");
