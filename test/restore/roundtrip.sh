@@ -61,6 +61,11 @@ SELECT simba_release('taken', 'w1'), simba_release('taken', 'w1');
 -- live leases of a granted role, and live permits
 SELECT o.owner_id FROM generate_series(1, 3) i, LATERAL simba_acquire('live-' || i, 'w1', '1h', '1h') o;
 SELECT slot FROM simba_semaphore_acquire('pool', 'w2', 5, '1h');
+-- a read-write lock: a writer that downgraded, a reader under its epoch, a writer waiting
+SELECT fence FROM simba_rwlock_acquire('rw', 'w1', 'write', '1h', '1h');
+SELECT fence FROM simba_rwlock_acquire('rw', 'w1', 'read', '1h', '1h');
+SELECT fence FROM simba_rwlock_acquire('rw', 'w2', 'read', '1h', '1h');
+SELECT position FROM simba_rwlock_acquire('rw', 'w3', 'write', '1h', '1h');
 RESET ROLE;
 SQL
 # a rolled-back fence: issued, never committed, must not come back either
@@ -82,13 +87,17 @@ SELECT 'permit', key, slot, holder, coalesce(holder_role::text, '-'), token, fen
   FROM simba_semaphore_permit ORDER BY key, slot;
 SELECT 'session', session_id, owner_role, ttl_at, transition_at, ttl, transition FROM simba_session_lease ORDER BY 2;
 SELECT 'under-session', mutex, session_id FROM simba_mutex WHERE session_id IS NOT NULL ORDER BY mutex;
+SELECT 'rwlock', rwlock, write_fence, version FROM simba_rwlock ORDER BY rwlock;
+SELECT 'rwlock-holder', rwlock, owner_id, owner_role, mode, fence, acquired_at, transition_at
+  FROM simba_rwlock_holder ORDER BY rwlock, owner_id;
 SQL
 }
 describe $src >"$work/src.state"
-read -r max_fence max_id max_permit_fence <<<"$(q -d $src -F ' ' -c "
+read -r max_fence max_id max_permit_fence max_rw_fence <<<"$(q -d $src -F ' ' -c "
   SELECT (SELECT last_value FROM simba_mutex_fence),
          (SELECT max(id) FROM simba_mutex_history),
-         (SELECT last_value FROM simba_permit_fence)")"
+         (SELECT last_value FROM simba_permit_fence),
+         (SELECT last_value FROM simba_rwlock_fence)")"
 started=$(q -d postgres -c "SELECT pg_postmaster_start_time()")
 [ "$(grep -c '^history|' "$work/src.state")" -ge 5 ] || { echo "roundtrip: the source has too little history"; exit 1; }
 
@@ -123,6 +132,12 @@ verify() { # label db
        -c "SELECT simba_session_keepalive('$session')" 2>&1 | sed 's/.*ERROR: *//')"
   check "$label: its role keeps the restored session alive" "t" \
     "$(q -d "$db" -c "SET ROLE $app" -c "SELECT transition_at > current_at FROM simba_session_keepalive('$session')")"
+  check "$label: the read-write lock's readers renew under the same epoch, the writer still waits" "1 1 waiting" \
+    "$(q -d "$db" -F ' ' -c "SET ROLE $app" -c "SELECT (simba_rwlock_acquire('rw', 'w1', 'read', '1h', '1h')).fence,
+        (simba_rwlock_acquire('rw', 'w2', 'read', '1h', '1h')).fence, (simba_rwlock_acquire('rw', 'w3', 'write', '1h', '1h')).mode")"
+  check "$label: once they leave, the writer's fence is above every one the source issued" "t" \
+    "$(q -d "$db" -c "SET ROLE $app" -c "SELECT simba_rwlock_release('rw', 'w1'), simba_rwlock_release('rw', 'w2')" >/dev/null &&
+       q -d "$db" -c "SET ROLE $app" -c "SELECT fence > $max_rw_fence FROM simba_rwlock_acquire('rw', 'w3', 'write', '1h', '1h')")"
 }
 
 restore() { # label command... : runs a restore step, fails the check on any error output
