@@ -217,8 +217,8 @@ fill_lease_args(FunctionCallInfo fcinfo, const SimbaCaller *caller, text *conten
  * The lease arguments of a call on one mutex: its mutex and contender_id
  * (arguments 0 and 1), ttl and transition (arguments ttl_arg and ttl_arg + 1).
  */
-static SimbaCaller
-lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
+SimbaCaller
+simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
 {
 	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
@@ -236,8 +236,8 @@ lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls)
  * not. An INSERT that meets a concurrent first use returns nothing once
  * that one commits: the next round's UPDATE then sees its row.
  */
-static bool
-take_mutex(FunctionCallInfo fcinfo, Datum *args, char *nulls)
+bool
+simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls)
 {
 	int			attempt;
 
@@ -275,7 +275,7 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 {
 	Datum		args[10];
 	char		nulls[11] = "";
-	SimbaCaller caller = lease_args(fcinfo, 2, args, nulls);
+	SimbaCaller caller = simba_mutex_lease_args(fcinfo, 2, args, nulls);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	Datum		result;
 	TimestampTz ttl_at;
@@ -288,7 +288,7 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 		args[3] = TimestampTzGetDatum(ttl_at);
 		args[4] = TimestampTzGetDatum(transition_at);
 	}
-	(void) take_mutex(fcinfo, args, nulls);
+	(void) simba_mutex_take(fcinfo, args, nulls);
 	result = returned_owner(tupdesc);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
@@ -304,7 +304,7 @@ simba_renew_1_4(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	bool		found;
 
-	lease_args(fcinfo, 3, args, nulls);
+	simba_mutex_lease_args(fcinfo, 3, args, nulls);
 	fence = simba_int64_arg(fcinfo, 2, "fence");
 	if (fence <= 0)
 		ereport(ERROR,
@@ -322,6 +322,18 @@ simba_renew_1_4(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(found ? result : unused_owner(tupdesc, args[0], DatumGetTimestampTz(args[2])));
 }
 
+bool
+simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller, TimestampTz t)
+{
+	bool		released = simba_execute(fcinfo, &release_update,
+										 (Datum[]) {mutex, contender, TimestampTzGetDatum(t), caller->role,
+		caller->roleid, caller->sysid, TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
+
+	if (!released && simba_history)
+		simba_log_late_release(fcinfo, mutex, contender, caller, t);
+	return released;
+}
+
 Datum
 simba_release_1_4(PG_FUNCTION_ARGS)
 {
@@ -332,12 +344,7 @@ simba_release_1_4(PG_FUNCTION_ARGS)
 	bool		released;
 
 	SPI_connect();
-	released = simba_execute(fcinfo, &release_update,
-							 (Datum[]) {PointerGetDatum(mutex), PointerGetDatum(contender),
-		TimestampTzGetDatum(t), caller.role, caller.roleid, caller.sysid,
-		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
-	if (!released && simba_history)
-		simba_log_late_release(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller, t);
+	released = simba_mutex_release(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller, t);
 	SPI_finish();
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
@@ -564,7 +571,7 @@ simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 		for (i = 0; i < n && all; i++)
 		{
 			args[0] = PointerGetDatum(names[i]);
-			all = take_mutex(fcinfo, args, nulls);
+			all = simba_mutex_take(fcinfo, args, nulls);
 			if (all)
 				rows[i] = owner_row(rsinfo->setDesc, true, args[0], 0, callctx);
 		}
@@ -612,12 +619,7 @@ simba_release_all_1_4(PG_FUNCTION_ARGS)
 	SPI_connect();
 	for (i = 0; i < n; i++)
 	{
-		released[i] = simba_execute(fcinfo, &release_update,
-									(Datum[]) {PointerGetDatum(names[i]), PointerGetDatum(contender),
-			TimestampTzGetDatum(t), caller.role, caller.roleid, caller.sysid,
-			TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
-		if (!released[i] && simba_history)
-			simba_log_late_release(fcinfo, PointerGetDatum(names[i]), PointerGetDatum(contender), &caller, t);
+		released[i] = simba_mutex_release(fcinfo, PointerGetDatum(names[i]), PointerGetDatum(contender), &caller, t);
 		count += released[i];
 	}
 	SPI_finish();

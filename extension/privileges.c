@@ -36,6 +36,8 @@ static const char *const granted_functions[] = {
 	"simba_rwlock_acquire(text, text, text, interval, interval)",
 	"simba_rwlock_release(text, text)",
 	"simba_rwlock_fence_check(text, text, bigint)",
+	"simba_fair_acquire(text, text, interval, interval)",
+	"simba_fair_release(text, text)",
 	"simba_semaphore_acquire(text, text, integer, interval, text, uuid)",
 	"simba_semaphore_refresh(text, uuid, interval)",
 	"simba_semaphore_release(text, uuid)",

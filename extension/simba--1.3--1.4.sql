@@ -484,6 +484,61 @@ SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
   'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
 
+-- Fair (FIFO) lock (fair.c): a mutex whose contenders queue; only the head is woken.
+CREATE TABLE @extschema@.simba_mutex_queue (
+    mutex         text        NOT NULL,
+    owner_id      text        NOT NULL,
+    owner_role    name        NOT NULL,
+    owner_roleid  oid         NOT NULL,
+    owner_sysid   bigint      NOT NULL,
+    enqueued_at   timestamptz NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    transition_at timestamptz NOT NULL,
+    clock_origin  timestamptz,
+    PRIMARY KEY (mutex, owner_id, owner_roleid, owner_sysid)
+);
+COMMENT ON TABLE @extschema@.simba_mutex_queue IS
+  'simba: contenders waiting for a mutex through simba_fair_acquire, in order of enqueued_at; an entry lapses at transition_at (from renewed_at, on the clock of clock_origin) unless its contender asks again. Written only by the simba_fair_* functions';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_queue', '');
+
+CREATE TYPE @extschema@.simba_fair_owner AS (
+    mutex         text,
+    owner_id      text,
+    acquired_at   timestamptz,
+    ttl_at        timestamptz,
+    transition_at timestamptz,
+    version       bigint,
+    fence         bigint,
+    current_at    timestamptz,
+    owner_role    name,
+    position      integer,
+    wake_channel  text
+);
+COMMENT ON TYPE @extschema@.simba_fair_owner IS
+  'simba: a fair acquire''s answer: the mutex''s owner as simba_owner has it, the caller''s place in the queue (position, 1 = next; NULL when it holds the mutex), and the channel to LISTEN on to be woken when it is the caller''s turn';
+
+CREATE FUNCTION @extschema@.simba_fair_acquire(
+    mutex        text,
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS @extschema@.simba_fair_owner
+AS 'MODULE_PATHNAME', 'simba_fair_acquire_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval) IS
+  'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again)';
+
+CREATE FUNCTION @extschema@.simba_fair_release(mutex text, contender_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_fair_release_1_4'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+COMMENT ON FUNCTION @extschema@.simba_fair_release(text, text) IS
+  'simba: release the caller''s live tenure (true), or withdraw its place in the queue; NOTIFY only the waiter whose turn it is now, on its wake_channel';
+
 CREATE VIEW @extschema@.simba_rwlock_status WITH (security_barrier) AS
 SELECT r.rwlock,
        CASE WHEN pg_catalog.count(*) FILTER (WHERE h.mode = 'write') > 0 THEN 'write'

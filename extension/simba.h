@@ -197,6 +197,19 @@ extern bool simba_drop_live_leases;
 extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender,
 								   const SimbaCaller *caller, TimestampTz t);
 
+/*
+ * mutex.c, for the fair lock (fair.c): the acquire plans' arguments of a
+ * call on one mutex (its mutex and contender_id arguments 0 and 1, ttl and
+ * transition at ttl_arg and ttl_arg + 1), and one acquire attempt with
+ * them, true when the caller holds the mutex afterwards (SPI_tuptable's
+ * first row is the owner after it, a simba_owner).
+ */
+extern SimbaCaller simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls);
+extern bool simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls);
+/* Inside SPI: releases the caller's live tenure of `mutex` (true), else logs a late release. */
+extern bool simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller,
+								TimestampTz t);
+
 /* t + usec, raising 22008 when the result leaves the timestamp range. */
 extern TimestampTz simba_add_usec(TimestampTz t, int64 usec);
 

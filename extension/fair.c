@@ -1,0 +1,250 @@
+/*
+ * fair.c — the fair (FIFO) lock: a mutex whose contenders queue.
+ *
+ * simba_fair_acquire takes the mutex (mutex.c's statements: same tenures,
+ * fences and history) only when no other live queue entry is ahead of the
+ * caller; otherwise it writes or renews the caller's entry in
+ * simba_mutex_queue, keeping its place (enqueued_at). The mutex row is
+ * locked FOR UPDATE first, so the fair calls on one mutex are decided one
+ * after the other on what the one before committed.
+ *
+ * No thundering herd: simba_fair_release wakes only the head of the queue,
+ * with a NOTIFY on a channel of its own (wake_channel, derived from the
+ * mutex, the contender id and its role), not the shared channel simba. A
+ * waiter keeps its entry by asking again within its lease (ttl +
+ * transition of its last call); an entry that lapses (its waiter stopped,
+ * died, froze) is dropped at the next call, so a dead head holds the queue
+ * up for at most its entry's lease. The holder of a mutex that others
+ * queue for is not released to the head by the server when its lease
+ * lapses: the head takes it at its next call, which it times by the
+ * holder's transition_at.
+ *
+ * A mutex is fair only for the callers that use these functions: a plain
+ * simba_acquire does not look at the queue.
+ */
+#include "simba.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "common/md5.h"
+#include "funcapi.h"
+#include "storage/itemptr.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(simba_fair_acquire_1_4);
+PG_FUNCTION_INFO_V1(simba_fair_release_1_4);
+
+/* Lease end of queue entry q as the clock of `origin` counts it. */
+#define ENTRY_END(origin) SIMBA_LEASE_END("q.transition_at", "q.renewed_at", "q.clock_origin", origin)
+
+/* $1 mutex, $2 t, $3 origin, the caller as $4 contender, $5 role, $6 roleid, $7 sysid */
+static SimbaPlan row_lock = {
+	"SELECT " SIMBA_MUTEX_LIVE("$2", "$3") " AND m.owner_id = $4 AND "
+	SIMBA_SAME_ROLE("m.owner_role", "m.owner_roleid", "m.owner_sysid", "$5", "$6", "$7")
+	"  FROM simba_mutex AS m WHERE m.mutex = $1 FOR UPDATE",
+	7, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID, OIDOID, INT8OID}
+};
+
+static SimbaPlan row_insert = {
+	"INSERT INTO simba_mutex (mutex) VALUES ($1) ON CONFLICT (mutex) DO NOTHING",
+	1, {TEXTOID}
+};
+
+/* $2 t, $3 origin */
+static SimbaPlan drop_lapsed = {
+	"DELETE FROM simba_mutex_queue AS q WHERE q.mutex = $1 AND " ENTRY_END("$3") " <= $2",
+	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* The queue in order; $2 contender, $3 role, $4 roleid, $5 sysid: which entry is the caller's. */
+static SimbaPlan queue_select = {
+	"SELECT q.ctid, q.owner_id = $2 AND "
+	SIMBA_SAME_ROLE("q.owner_role", "q.owner_roleid", "q.owner_sysid", "$3", "$4", "$5") ","
+	"       q.owner_id, q.owner_role"
+	"  FROM simba_mutex_queue AS q WHERE q.mutex = $1 ORDER BY q.enqueued_at, q.owner_id",
+	5, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID}
+};
+
+/* $1 mutex, $2 contender, $3 role, $4 roleid, $5 sysid, $6 t, $7 end, $8 origin */
+static SimbaPlan entry_insert = {
+	"INSERT INTO simba_mutex_queue (mutex, owner_id, owner_role, owner_roleid, owner_sysid, enqueued_at,"
+	"       renewed_at, transition_at, clock_origin)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8)",
+	8, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* The caller's entry by ctid ($9), renewed in its place. */
+static SimbaPlan entry_renew = {
+	"UPDATE simba_mutex_queue AS q SET owner_role = $3, owner_roleid = $4, owner_sysid = $5,"
+	"       renewed_at = $6, transition_at = $7, clock_origin = $8"
+	" WHERE q.ctid = $9 AND q.mutex = $1 AND q.owner_id = $2",
+	9, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIDOID}
+};
+
+static SimbaPlan entry_delete = {
+	"DELETE FROM simba_mutex_queue AS q WHERE q.ctid = $2 AND q.mutex = $1",
+	2, {TEXTOID, TIDOID}
+};
+
+/* The owner as it stands ($2 t, $3 origin), a simba_owner: for a caller who queues. */
+static SimbaPlan owner_read = {
+	"SELECT o.* FROM simba_owner($1) AS o",
+	1, {TEXTOID}
+};
+
+/*
+ * The channel a waiter is woken on: "simba_fair_" and 16 hex digits of the
+ * MD5 of its mutex, contender id and role name (not secret: anyone may
+ * LISTEN or NOTIFY on any channel; a wake-up only brings an attempt forward).
+ */
+static char *
+wake_channel(const char *mutex, const char *contender, const char *role)
+{
+	StringInfoData key;
+	char		hex[33];
+	const char *errstr = NULL;
+
+	initStringInfo(&key);
+	appendStringInfo(&key, "%s%c%s%c%s", mutex, '\1', contender, '\1', role);
+	if (!pg_md5_hash(key.data, key.len, hex, &errstr))
+		elog(ERROR, "simba: could not hash a wake channel: %s", errstr ? errstr : "out of memory");
+	hex[16] = '\0';
+	return psprintf("simba_fair_%s", hex);
+}
+
+/* The caller's place: its entry (if any) and how many entries are ahead of it (all, if none). */
+typedef struct Place
+{
+	bool		queued;
+	ItemPointerData tid;
+	int			ahead;
+	char	   *next_id;		/* the first entry not the caller's: whom a release wakes */
+	char	   *next_role;
+} Place;
+
+static Place
+read_place(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller)
+{
+	Place		p = {0};
+	uint64		i;
+
+	simba_execute(fcinfo, &queue_select, (Datum[]) {mutex, contender, caller->role, caller->roleid, caller->sysid},
+				  NULL, 0);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		if (!p.queued && DatumGetBool(SPI_getbinval(row, desc, 2, &isnull)))
+		{
+			p.queued = true;
+			p.tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 1, &isnull));
+			continue;
+		}
+		if (!p.queued)
+			p.ahead++;
+		if (p.next_id == NULL)
+		{
+			p.next_id = SPI_getvalue(row, desc, 3);
+			p.next_role = SPI_getvalue(row, desc, 4);
+		}
+	}
+	return p;
+}
+
+Datum
+simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
+{
+	Datum		args[10];
+	char		nulls[11] = "";
+	SimbaCaller caller = simba_mutex_lease_args(fcinfo, 2, args, nulls);
+	TupleDesc	tupdesc;
+	MemoryContext callctx = CurrentMemoryContext;
+	MemoryContext old;
+	HeapTuple	result;
+	Datum		values[11];
+	bool		isnull[11];
+	TimestampTz origin = DatumGetTimestampTz(args[8]);
+	Place		place;
+	bool		mine;
+	bool		holds;
+	bool		unknown;
+	int			position = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "simba: return type must be simba_fair_owner");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	SPI_connect();
+	/* The mutex row, locked (made on first use): one fair decision at a time. */
+	while (simba_execute(fcinfo, &row_lock,
+						 (Datum[]) {args[0], args[2], args[8], args[1], caller.role, caller.roleid, caller.sysid},
+						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 0)
+		simba_execute(fcinfo, &row_insert, args, NULL, 0);
+	holds = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
+	/* Entries judged at t, read before the lock: an entry may count as live a little longer, never shorter. */
+	simba_execute(fcinfo, &drop_lapsed, (Datum[]) {args[0], args[2], args[8]},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	place = read_place(fcinfo, args[0], args[1], &caller);
+
+	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
+	mine = (holds || place.ahead == 0) && simba_mutex_take(fcinfo, args, nulls);
+	if (!mine)
+	{
+		Datum		entry[9] = {args[0], args[1], caller.role, caller.roleid, caller.sysid, args[2], args[4], args[8],
+		PointerGetDatum(&place.tid)};
+
+		simba_execute(fcinfo, place.queued ? &entry_renew : &entry_insert, entry,
+					  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' '}, 0);
+		position = place.ahead + 1;
+		simba_execute(fcinfo, &owner_read, args, NULL, 1);
+	}
+
+	/* simba_owner's columns (the last statement's row), then the caller's place and its channel. */
+	old = MemoryContextSwitchTo(callctx);
+	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, values, isnull);
+	values[9] = Int32GetDatum(position);
+	isnull[9] = position == 0;
+	values[10] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),
+												  NameStr(*DatumGetName(caller.role))));
+	isnull[10] = false;
+	result = heap_form_tuple(tupdesc, values, isnull);
+	MemoryContextSwitchTo(old);
+	/* Its turn came: it leaves the queue. */
+	if (mine && place.queued)
+		simba_execute(fcinfo, &entry_delete, (Datum[]) {args[0], PointerGetDatum(&place.tid)}, NULL, 0);
+	SPI_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+Datum
+simba_fair_release_1_4(PG_FUNCTION_ARGS)
+{
+	SimbaCaller caller = simba_enter(fcinfo, true);
+	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
+	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
+	TimestampTz t = simba_now(fcinfo);
+	TimestampTz origin = simba_clock_origin(fcinfo);
+	MemoryContext callctx = CurrentMemoryContext;
+	char	   *wake = NULL;
+	Place		place;
+	bool		released;
+
+	SPI_connect();
+	released = simba_mutex_release(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller, t);
+	simba_execute(fcinfo, &drop_lapsed,
+				  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	/* A waiter that gives up leaves the queue (its place goes to the next). */
+	place = read_place(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller);
+	if (place.queued)
+		simba_execute(fcinfo, &entry_delete, (Datum[]) {PointerGetDatum(mutex), PointerGetDatum(&place.tid)}, NULL, 0);
+	/* Whose turn it is now is woken, and nobody else. */
+	if (place.next_id != NULL && (released || (place.queued && place.ahead == 0)))
+		wake = MemoryContextStrdup(callctx, wake_channel(text_to_cstring(mutex), place.next_id, place.next_role));
+	SPI_finish();
+	if (wake != NULL)
+		Async_Notify(wake, text_to_cstring(mutex));
+	PG_RETURN_BOOL(released);
+}

@@ -1,0 +1,91 @@
+-- the fair lock: the mutex goes to contenders in arrival order; a waiter
+-- keeps its place by asking again; a lapsed entry is skipped; the release
+-- wakes only the next waiter (fair_race.spec); bad input changes nothing
+SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET simba.drop_live_leases;
+RESET client_min_messages;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+-- the first takes it (an ordinary tenure: owner, fence, lease)
+SELECT owner_id, fence, position, ttl_at - acquired_at AS ttl FROM simba_fair_acquire('f', 'h', '1h', '1h');
+-- the others queue in arrival order; each has a channel of its own
+SELECT owner_id, position, wake_channel ~ '^simba_fair_[0-9a-f]{16}$' AS channel FROM simba_fair_acquire('f', 'a', '1h', '1h');
+SELECT owner_id, position FROM simba_fair_acquire('f', 'b', '1h', '1h');
+SELECT owner_id, position FROM simba_fair_acquire('f', 'c', '1h', '1h');
+SELECT count(DISTINCT wake_channel) AS channels
+  FROM (VALUES ('a'), ('b'), ('c')) AS w(id), LATERAL simba_fair_acquire('f', w.id, '1h', '1h');
+-- asking again keeps the place; the holder renews (same fence)
+SELECT owner_id, position FROM simba_fair_acquire('f', 'b', '1h', '1h');
+SELECT owner_id, fence, position FROM simba_fair_acquire('f', 'h', '1h', '1h');
+
+-- released: the mutex is free, but only the head may take it
+SELECT simba_fair_release('f', 'h') AS released;
+SELECT owner_id, position FROM simba_fair_acquire('f', 'c', '1h', '1h');
+SELECT owner_id, fence, position FROM simba_fair_acquire('f', 'a', '1h', '1h');
+SELECT owner_id, position FROM simba_fair_acquire('f', 'c', '1h', '1h');
+SELECT mutex, owner_id FROM simba_mutex_queue ORDER BY enqueued_at;
+
+-- a waiter that stops asking: its entry lapses and the next one is head
+SELECT owner_id, position FROM simba_fair_acquire('f', 'b', '50ms', '0s');
+SELECT pg_sleep(greatest(0, extract(epoch FROM (SELECT transition_at FROM simba_mutex_queue WHERE owner_id = 'b')
+                                     - (simba_clock()).now)) + 0.05) AS past_its_entry;
+SELECT simba_fair_release('f', 'a') AS released;
+SELECT owner_id, fence, position FROM simba_fair_acquire('f', 'c', '1h', '1h');
+SELECT count(*) AS entries FROM simba_mutex_queue;
+
+-- a waiter that gives up withdraws its entry (false: it held nothing)
+SELECT owner_id, position FROM simba_fair_acquire('f', 'd', '1h', '1h');
+SELECT simba_fair_release('f', 'd') AS released;
+SELECT count(*) AS entries FROM simba_mutex_queue;
+
+-- the holder's lease lapses: the head takes it at its next call, a new fence
+SELECT owner_id, position FROM simba_fair_acquire('f', 'e', '1h', '1h');
+SELECT simba_fair_release('f', 'c');
+SELECT fence AS short_fence, transition_at AS short_end FROM simba_fair_acquire('f', 'e', '50ms', '0s') \gset
+SELECT owner_id, position FROM simba_fair_acquire('f', 'g', '1h', '1h');
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'short_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_its_lease;
+SELECT owner_id, fence > :short_fence AS new_fence, position FROM simba_fair_acquire('f', 'g', '1h', '1h');
+SELECT simba_fair_release('f', 'g');
+
+-- another role with the same contender id is another contender, with another channel
+CREATE ROLE regress_simba_fair;
+SELECT simba_grant('regress_simba_fair');
+SELECT owner_id, position, wake_channel AS mine FROM simba_fair_acquire('shared', 'id', '1h', '1h') \gset
+SET ROLE regress_simba_fair;
+SELECT owner_id, owner_role, position, wake_channel <> :'mine' AS other_channel FROM simba_fair_acquire('shared', 'id', '1h', '1h');
+SELECT simba_fair_release('shared', 'id') AS released_by_other_role;
+RESET ROLE;
+SELECT simba_fair_release('shared', 'id') AS released_by_holder;
+
+-- bad input: a clear error, nothing changed
+SELECT owner_id FROM simba_fair_acquire('keep', 'k', '1h', '1h');
+SELECT position FROM simba_fair_acquire('keep', 'w', '1h', '1h');
+CREATE TEMP TABLE before AS SELECT * FROM simba_mutex_queue;
+SELECT simba_fair_acquire(NULL, 'k');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('', 'k');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', repeat('k', 257));
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', 'w', '-1s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', 'w', '1s', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', 'w', '2 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_release(NULL, 'k');
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_release('keep', '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS changed_rows FROM (TABLE before EXCEPT ALL TABLE simba_mutex_queue) d;
+SELECT simba_fair_release('keep', 'w'), simba_fair_release('keep', 'k');
+
+SELECT simba_revoke('regress_simba_fair');
+DROP OWNED BY regress_simba_fair;
+DROP ROLE regress_simba_fair;
