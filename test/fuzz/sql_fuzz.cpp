@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
         if (s.in_txn && !s.in_savepoint && pick(4) == 0) s.in_savepoint = command(s, "SAVEPOINT sp");
 
         Call call;
-        int kind = pick(14);
+        int kind = pick(16);
         switch (kind) {
             case 0: case 1:
                 call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval)",
@@ -386,6 +386,12 @@ int main(int argc, char** argv) {
                         {name(), contender(), rw_mode(), interval(), interval()}};
                 break;
             case 12: call = {"SELECT simba_rwlock_release($1, $2)", {name(), contender()}}; break;
+            case 14:
+                call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_fair_acquire($1, $2, $3::interval, "
+                        "$4::interval)",
+                        {name(), contender(), interval(), interval()}};
+                break;
+            case 15: call = {"SELECT simba_fair_release($1, $2)", {name(), contender()}}; break;
             default:
                 call = {"SELECT simba_rwlock_fence_check($1, $2, $3::bigint)", {name(), contender(), integer(true)}};
         }
@@ -395,7 +401,7 @@ int main(int argc, char** argv) {
             ++stats.ok;
             ++by_state["ok"];
             const bool row = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
-            if (kind <= 1 && row && !PQgetisnull(r, 0, 1))
+            if ((kind <= 1 || kind == 14) && row && !PQgetisnull(r, 0, 1))
                 c.saw_owner(s, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), std::atoll(PQgetvalue(r, 0, 2)),
                             PQgetvalue(r, 0, 3));
             if (kind == 4 && call.args[0] && call.args[1] && call.args[2]) {
