@@ -36,13 +36,11 @@
  */
 #include "simba.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
 
 PG_FUNCTION_INFO_V1(simba_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_renew_1_4);
@@ -544,6 +542,35 @@ mutexes_arg(FunctionCallInfo fcinfo, int argno, text ***names)
 	return n;
 }
 
+/* simba_acquire_all's work inside its subtransaction: kept only when every mutex was taken. */
+typedef struct TakeAll
+{
+	FunctionCallInfo fcinfo;
+	text	  **names;
+	int			n;
+	Datum	   *args;
+	char	   *nulls;
+	HeapTuple  *rows;
+	TupleDesc	desc;
+	MemoryContext rowctx;
+} TakeAll;
+
+static bool
+take_all(void *arg)
+{
+	TakeAll    *a = (TakeAll *) arg;
+	int			i;
+
+	for (i = 0; i < a->n; i++)
+	{
+		a->args[0] = PointerGetDatum(a->names[i]);
+		if (!simba_mutex_take(a->fcinfo, a->args, a->nulls))
+			return false;
+		a->rows[i] = owner_row(a->desc, true, a->args[0], 0, a->rowctx);
+	}
+	return true;
+}
+
 Datum
 simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 {
@@ -554,50 +581,20 @@ simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 	char		nulls[11] = "";
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTuple  *rows = palloc(n * sizeof(HeapTuple));
-	MemoryContext callctx = CurrentMemoryContext;
-	MemoryContext spictx;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		all = true;
+	TakeAll		work = {fcinfo, names, n, args, nulls, rows, NULL, CurrentMemoryContext};
 	int			i;
 
 	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), 2, args, nulls);
 	InitMaterializedSRF(fcinfo, 0);
+	work.desc = rsinfo->setDesc;
 	SPI_connect();
-	spictx = CurrentMemoryContext;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(spictx);
-	PG_TRY();
-	{
-		for (i = 0; i < n && all; i++)
-		{
-			args[0] = PointerGetDatum(names[i]);
-			all = simba_mutex_take(fcinfo, args, nulls);
-			if (all)
-				rows[i] = owner_row(rsinfo->setDesc, true, args[0], 0, callctx);
-		}
-		if (all)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		/* Not left open under a caller that catches the error (a savepoint, PL/pgSQL). */
-		MemoryContextSwitchTo(spictx);
-		RollbackAndReleaseCurrentSubTransaction();
-		CurrentResourceOwner = owner;
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(spictx);
-	CurrentResourceOwner = owner;
-
 	/* Refused: every member as it stands now, unchanged by this call. */
-	for (i = 0; i < n && !all; i++)
-		rows[i] = owner_row(rsinfo->setDesc,
-							simba_execute(fcinfo, &owner_select,
-										  (Datum[]) {PointerGetDatum(names[i]), args[2], args[8]}, NULL, 1) == 1,
-							PointerGetDatum(names[i]), DatumGetTimestampTz(args[2]), callctx);
+	if (!simba_in_subtransaction(take_all, &work))
+		for (i = 0; i < n; i++)
+			rows[i] = owner_row(rsinfo->setDesc,
+								simba_execute(fcinfo, &owner_select,
+											  (Datum[]) {PointerGetDatum(names[i]), args[2], args[8]}, NULL, 1) == 1,
+								PointerGetDatum(names[i]), DatumGetTimestampTz(args[2]), work.rowctx);
 	for (i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, rows[i]);
 	SPI_finish();

@@ -28,13 +28,11 @@
  */
 #include "simba.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "funcapi.h"
 #include "storage/itemptr.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
 
 PG_FUNCTION_INFO_V1(simba_rwlock_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_rwlock_release_1_4);
@@ -196,203 +194,199 @@ mode_is(const Holders *h, const char *mode)
 	return h->mine && strcmp(h->mine_mode, mode) == 0;
 }
 
+/* A grant's inputs, and what it decided (mode NULL: a reader refused, nothing changed). */
+typedef struct Grant
+{
+	FunctionCallInfo fcinfo;
+	SimbaCaller caller;
+	text	   *rwlock;
+	text	   *contender;
+	bool		write;
+	int64		ttl;
+	int64		transition;
+	const char *mode;
+	int64		fence;
+	int			position;
+	TimestampTz t;
+	TimestampTz since;
+	TimestampTz ttl_at;
+	TimestampTz transition_at;
+} Grant;
+
+/* Under the lock's row: decides and writes the caller's hold, or refuses a reader. */
+static bool
+grant(void *arg)
+{
+	Grant	   *g = (Grant *) arg;
+	FunctionCallInfo fcinfo = g->fcinfo;
+	int64		write_fence = lock_for_update(fcinfo, g->rwlock);
+	TimestampTz origin;
+	Datum		args[13];
+	char		argnulls[14] = "             ";
+	Holders		h;
+
+	/* The clock after the lock: every earlier grant is visible now. */
+	g->t = g->since = simba_now(fcinfo);
+	origin = simba_clock_origin(fcinfo);
+	g->ttl_at = simba_add_usec(g->t, g->ttl);
+	g->transition_at = simba_add_usec(g->ttl_at, g->transition);
+	simba_execute(fcinfo, &drop_lapsed,
+				  (Datum[]) {PointerGetDatum(g->rwlock), TimestampTzGetDatum(g->t), TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	h = read_holders(fcinfo, g->rwlock, g->contender, &g->caller, origin);
+
+	if (g->write && mode_is(&h, "read"))
+		ereport(ERROR,
+				(errcode(ERRCODE_SIMBA_UPGRADE_REFUSED),
+				 errmsg("contender \"%s\" holds rwlock \"%s\" for reading and cannot upgrade to writing",
+						text_to_cstring(g->contender), text_to_cstring(g->rwlock)),
+				 errdetail("Two readers upgrading at once would wait for each other forever."),
+				 errhint("Release it, then acquire it for writing: the write gets a new fence.")));
+	if (g->write && mode_is(&h, "write"))
+	{
+		g->mode = "write";		/* a renewal */
+		g->fence = h.mine_fence;
+		g->since = h.mine_since;
+	}
+	else if (g->write && h.readers == 0 && h.writers == 0 && h.waiting_ahead == 0)
+	{
+		g->mode = "write";
+		simba_execute(fcinfo, &next_write_fence, (Datum[]) {PointerGetDatum(g->rwlock)}, NULL, 1);
+		g->fence = value_int64(SPI_tuptable->vals[0], 1);
+	}
+	else if (g->write)
+	{
+		g->mode = "waiting";
+		g->position = h.waiting_ahead + 1;
+		if (h.mine)
+			g->since = h.mine_since;	/* its place in the queue */
+	}
+	else if (mode_is(&h, "read") || mode_is(&h, "write"))
+	{
+		g->mode = "read";		/* a renewal, or a downgrade without a gap */
+		g->fence = h.mine_fence;
+		g->since = h.mine_since;
+	}
+	else if (h.writers == 0 && h.waiting == 0)
+	{
+		g->mode = "read";
+		g->fence = write_fence;
+	}
+	else
+		return false;
+
+	args[0] = PointerGetDatum(g->rwlock);
+	args[1] = PointerGetDatum(g->contender);
+	args[2] = g->caller.role;
+	args[3] = g->caller.roleid;
+	args[4] = g->caller.sysid;
+	args[5] = CStringGetTextDatum(g->mode);
+	args[6] = Int64GetDatum(g->fence);
+	args[7] = TimestampTzGetDatum(g->since);
+	args[8] = TimestampTzGetDatum(g->t);
+	args[9] = TimestampTzGetDatum(g->ttl_at);
+	args[10] = TimestampTzGetDatum(g->transition_at);
+	args[11] = TimestampTzGetDatum(origin);
+	argnulls[11] = SIMBA_ORIGIN_NULL(origin);
+	args[12] = PointerGetDatum(&h.mine_tid);
+	if (simba_execute(fcinfo, h.mine ? &holder_update : &holder_insert, args, argnulls, 0) != 1)
+		elog(ERROR, "simba: rwlock holder row vanished while granting");
+	return true;
+}
+
 Datum
 simba_rwlock_acquire_1_4(PG_FUNCTION_ARGS)
 {
-	SimbaCaller caller = simba_enter(fcinfo, true);
-	text	   *rwlock = simba_name_arg(fcinfo, 0, "rwlock");
-	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	text	   *mode_arg = simba_name_arg(fcinfo, 2, "mode");
-	char	   *want = text_to_cstring(mode_arg);
-	bool		write = strcmp(want, "write") == 0;
-	int64		ttl = simba_duration_arg(fcinfo, 3, "ttl", false);
-	int64		transition = simba_duration_arg(fcinfo, 4, "transition", true);
+	Grant		g = {fcinfo, simba_enter(fcinfo, true)};
+	char	   *want;
 	TupleDesc	tupdesc;
 	Datum		values[10];
 	bool		nulls[10] = {false};
-	const char *mode = NULL;	/* the caller's mode afterwards; NULL: a reader refused */
-	MemoryContext spictx;
-	ResourceOwner owner = CurrentResourceOwner;
+	bool		granted;
 
-	if (!write && strcmp(want, "read") != 0)
+	g.rwlock = simba_name_arg(fcinfo, 0, "rwlock");
+	g.contender = simba_name_arg(fcinfo, 1, "contender_id");
+	want = text_to_cstring(simba_name_arg(fcinfo, 2, "mode"));
+	g.write = strcmp(want, "write") == 0;
+	g.ttl = simba_duration_arg(fcinfo, 3, "ttl", false);
+	g.transition = simba_duration_arg(fcinfo, 4, "transition", true);
+	if (!g.write && strcmp(want, "read") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode must be 'read' or 'write', not \"%s\"", want)));
-	simba_check_lease(ttl, transition);
+	simba_check_lease(g.ttl, g.transition);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "simba: return type must be simba_rwlock_grant");
 	tupdesc = BlessTupleDesc(tupdesc);
 
 	SPI_connect();
-	spictx = CurrentMemoryContext;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(spictx);
-	PG_TRY();
-	{
-		int64		write_fence = lock_for_update(fcinfo, rwlock);
-
-		/* The clock after the lock: every earlier grant is visible now. */
-		TimestampTz t = simba_now(fcinfo);
-		TimestampTz origin = simba_clock_origin(fcinfo);
-		TimestampTz ttl_at = simba_add_usec(t, ttl);
-		Datum		args[13];
-		char		argnulls[14] = "             ";
-		Holders		h;
-		int64		fence = 0;
-		TimestampTz since = t;
-		int			position = 0;
-
-		simba_execute(fcinfo, &drop_lapsed,
-					  (Datum[]) {PointerGetDatum(rwlock), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
-					  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
-		h = read_holders(fcinfo, rwlock, contender, &caller, origin);
-
-		if (write && mode_is(&h, "read"))
-			ereport(ERROR,
-					(errcode(ERRCODE_SIMBA_UPGRADE_REFUSED),
-					 errmsg("contender \"%s\" holds rwlock \"%s\" for reading and cannot upgrade to writing",
-							text_to_cstring(contender), text_to_cstring(rwlock)),
-					 errdetail("Two readers upgrading at once would wait for each other forever."),
-					 errhint("Release it, then acquire it for writing: the write gets a new fence.")));
-		if (write && mode_is(&h, "write"))
-		{
-			mode = "write";		/* a renewal */
-			fence = h.mine_fence;
-			since = h.mine_since;
-		}
-		else if (write && h.readers == 0 && h.writers == 0 && h.waiting_ahead == 0)
-		{
-			mode = "write";
-			simba_execute(fcinfo, &next_write_fence, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1);
-			fence = value_int64(SPI_tuptable->vals[0], 1);
-		}
-		else if (write)
-		{
-			mode = "waiting";
-			position = h.waiting_ahead + 1;
-			if (h.mine)
-				since = h.mine_since;	/* its place in the queue */
-		}
-		else if (mode_is(&h, "read") || mode_is(&h, "write"))
-		{
-			mode = "read";		/* a renewal, or a downgrade without a gap */
-			fence = h.mine_fence;
-			since = h.mine_since;
-		}
-		else if (h.writers == 0 && h.waiting == 0)
-		{
-			mode = "read";
-			fence = write_fence;
-		}
-
-		if (mode != NULL)
-		{
-			args[0] = PointerGetDatum(rwlock);
-			args[1] = PointerGetDatum(contender);
-			args[2] = caller.role;
-			args[3] = caller.roleid;
-			args[4] = caller.sysid;
-			args[5] = CStringGetTextDatum(mode);
-			args[6] = Int64GetDatum(fence);
-			args[7] = TimestampTzGetDatum(since);
-			args[8] = TimestampTzGetDatum(t);
-			args[9] = TimestampTzGetDatum(ttl_at);
-			args[10] = TimestampTzGetDatum(simba_add_usec(ttl_at, transition));
-			args[11] = TimestampTzGetDatum(origin);
-			argnulls[11] = SIMBA_ORIGIN_NULL(origin);
-			args[12] = PointerGetDatum(&h.mine_tid);
-			if (simba_execute(fcinfo, h.mine ? &holder_update : &holder_insert, args, argnulls, 0) != 1)
-				elog(ERROR, "simba: rwlock holder row vanished while granting");
-			values[5] = args[7];
-			values[6] = args[9];
-			values[7] = args[10];
-		}
-		else
-			nulls[5] = nulls[6] = nulls[7] = true;
-		values[0] = PointerGetDatum(rwlock);
-		values[1] = PointerGetDatum(contender);
-		nulls[2] = mode == NULL;	/* values[2] after SPI_finish: in the caller's memory */
-		values[3] = BoolGetDatum(mode != NULL && strcmp(mode, "waiting") != 0);
-		values[4] = Int64GetDatum(fence);
-		nulls[4] = mode == NULL || strcmp(mode, "waiting") == 0;
-		values[8] = TimestampTzGetDatum(t);
-		values[9] = Int32GetDatum(position);
-		nulls[9] = position == 0;
-
-		/* A reader refused changed nothing: no lock is kept. */
-		if (mode != NULL)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(spictx);
-		RollbackAndReleaseCurrentSubTransaction();
-		CurrentResourceOwner = owner;
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(spictx);
-	CurrentResourceOwner = owner;
+	/* A reader refused changed nothing: no lock is kept. */
+	granted = simba_in_subtransaction(grant, &g);
 	SPI_finish();
-	if (mode != NULL)
-		values[2] = CStringGetTextDatum(mode);
+
+	values[0] = PointerGetDatum(g.rwlock);
+	values[1] = PointerGetDatum(g.contender);
+	values[2] = granted ? CStringGetTextDatum(g.mode) : (Datum) 0;
+	nulls[2] = !granted;
+	values[3] = BoolGetDatum(granted && strcmp(g.mode, "waiting") != 0);
+	values[4] = Int64GetDatum(g.fence);
+	nulls[4] = !granted || strcmp(g.mode, "waiting") == 0;
+	values[5] = TimestampTzGetDatum(g.since);
+	values[6] = TimestampTzGetDatum(g.ttl_at);
+	values[7] = TimestampTzGetDatum(g.transition_at);
+	nulls[5] = nulls[6] = nulls[7] = !granted;
+	values[8] = TimestampTzGetDatum(g.t);
+	values[9] = Int32GetDatum(g.position);
+	nulls[9] = g.position == 0;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* A release's work: kept only when it ended a hold or withdrew a place. */
+typedef struct Release
+{
+	FunctionCallInfo fcinfo;
+	SimbaCaller caller;
+	text	   *rwlock;
+	text	   *contender;
+	bool		released;
+} Release;
+
+static bool
+release(void *arg)
+{
+	Release    *r = (Release *) arg;
+	FunctionCallInfo fcinfo = r->fcinfo;
+	TimestampTz t;
+	Holders		h;
+
+	if (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(r->rwlock)}, NULL, 1) == 0)
+		return false;
+	t = simba_now(fcinfo);
+	h = read_holders(fcinfo, r->rwlock, r->contender, &r->caller, simba_clock_origin(fcinfo));
+	/* A live hold is released; a queued writer's entry is withdrawn. */
+	if (!h.mine || h.mine_end <= t)
+		return false;
+	simba_execute(fcinfo, &holder_delete, (Datum[]) {PointerGetDatum(r->rwlock), PointerGetDatum(&h.mine_tid)},
+				  NULL, 0);
+	r->released = !mode_is(&h, "waiting");
+	return true;
 }
 
 Datum
 simba_rwlock_release_1_4(PG_FUNCTION_ARGS)
 {
-	SimbaCaller caller = simba_enter(fcinfo, true);
-	text	   *rwlock = simba_name_arg(fcinfo, 0, "rwlock");
-	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	MemoryContext spictx;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		released = false;
-	bool		withdrawn = false;
+	Release		r = {fcinfo, simba_enter(fcinfo, true)};
+	bool		changed;
 
+	r.rwlock = simba_name_arg(fcinfo, 0, "rwlock");
+	r.contender = simba_name_arg(fcinfo, 1, "contender_id");
 	SPI_connect();
-	spictx = CurrentMemoryContext;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(spictx);
-	PG_TRY();
-	{
-		if (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 1)
-		{
-			TimestampTz t = simba_now(fcinfo);
-			TimestampTz origin = simba_clock_origin(fcinfo);
-			Holders		h = read_holders(fcinfo, rwlock, contender, &caller, origin);
-
-			/* A live hold is released; a queued writer's entry is withdrawn. */
-			if (h.mine && h.mine_end > t)
-			{
-				simba_execute(fcinfo, &holder_delete,
-							  (Datum[]) {PointerGetDatum(rwlock), PointerGetDatum(&h.mine_tid)}, NULL, 0);
-				released = !mode_is(&h, "waiting");
-				withdrawn = !released;
-			}
-		}
-		if (released || withdrawn)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(spictx);
-		RollbackAndReleaseCurrentSubTransaction();
-		CurrentResourceOwner = owner;
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(spictx);
-	CurrentResourceOwner = owner;
+	changed = simba_in_subtransaction(release, &r);
 	SPI_finish();
 	/* Whoever waits for it may be granted now (delivered at commit). */
-	if (released || withdrawn)
-		Async_Notify("simba", text_to_cstring(rwlock));
-	PG_RETURN_BOOL(released);
+	if (changed)
+		Async_Notify("simba", text_to_cstring(r.rwlock));
+	PG_RETURN_BOOL(r.released);
 }
 
 Datum

@@ -23,12 +23,10 @@
  */
 #include "simba.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
 
 /* Largest permits argument (documented in README). */
 #define SIMBA_MAX_PERMITS 10000
@@ -223,6 +221,37 @@ grant(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum *grant_args, int32 permi
 	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], tupdesc));
 }
 
+/* A grant's work inside its subtransaction: kept only when it granted a permit. */
+typedef struct Grant
+{
+	FunctionCallInfo fcinfo;
+	SimbaCaller *caller;
+	TupleDesc	tupdesc;
+	Datum	   *lock_args;
+	Datum	   *grant_args;
+	char	   *grant_nulls;
+	int32		permits;
+	int64		ttl;
+	Datum		result;			/* the permit, or 0 */
+} Grant;
+
+static bool
+grant_in_subtransaction(void *arg)
+{
+	Grant	   *g = (Grant *) arg;
+	TimestampTz ttl_at;
+	TimestampTz end;
+
+	/* Under a session: its end. */
+	if (simba_session_join(g->fcinfo, 5, g->caller, &g->grant_args[10], &g->grant_nulls[10], &ttl_at, &end))
+		g->grant_args[5] = TimestampTzGetDatum(end);
+	/* Lock the key row, creating it on first use (a concurrent creator wins). */
+	while (simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0)
+		simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1);
+	g->result = grant(g->fcinfo, g->tupdesc, g->grant_args, g->permits, g->ttl, g->grant_nulls);
+	return g->result != (Datum) 0;
+}
+
 Datum
 simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 {
@@ -236,11 +265,7 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		lock_args[2];
 	Datum		grant_args[11];
 	char		grant_nulls[12] = "           ";
-	Datum		result = (Datum) 0;
-	MemoryContext cxt;
-	ResourceOwner owner = CurrentResourceOwner;
-	TimestampTz ttl_at;
-	TimestampTz end;
+	Grant		g;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -269,40 +294,15 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	grant_args[10] = (Datum) 0;
 	grant_nulls[3] = context != NULL ? ' ' : 'n';
 	grant_nulls[10] = 'n';
+	g = (Grant) {fcinfo, &caller, tupdesc, lock_args, grant_args, grant_nulls, permits, ttl, (Datum) 0};
 
 	SPI_connect();
-	cxt = CurrentMemoryContext;
 	/* A subtransaction, so that a grant of nothing leaves no lock behind. */
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		/* Under a session: its end. */
-		if (simba_session_join(fcinfo, 5, &caller, &grant_args[10], &grant_nulls[10], &ttl_at, &end))
-			grant_args[5] = TimestampTzGetDatum(end);
-		/* Lock the key row, creating it on first use (a concurrent creator wins). */
-		while (simba_execute(fcinfo, &key_lock_grant, lock_args, NULL, 1) == 0)
-			simba_execute(fcinfo, &key_insert, lock_args, NULL, 1);
-		result = grant(fcinfo, tupdesc, grant_args, permits, ttl, grant_nulls);
-		if (result != (Datum) 0)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		RollbackAndReleaseCurrentSubTransaction();
-		CurrentResourceOwner = owner;
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
+	simba_in_subtransaction(grant_in_subtransaction, &g);
 	SPI_finish();
-	if (result == (Datum) 0)
+	if (g.result == (Datum) 0)
 		PG_RETURN_NULL();
-	PG_RETURN_DATUM(result);
+	PG_RETURN_DATUM(g.result);
 }
 
 Datum

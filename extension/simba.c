@@ -25,6 +25,7 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
@@ -298,6 +299,36 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	if (rc < 0)
 		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+bool
+simba_in_subtransaction(bool (*body) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		keep = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		keep = body(arg);
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return keep;
 }
 
 void

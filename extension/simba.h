@@ -180,6 +180,15 @@ extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool c
 extern bool simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
 							   Datum *session_id, char *null, TimestampTz *ttl_at, TimestampTz *transition_at);
 
+/*
+ * Inside SPI: runs body(arg) in an internal subtransaction, kept when it
+ * returns true and rolled back when it returns false, so a call that
+ * changes nothing keeps no lock in the caller's transaction. An error rolls
+ * it back before it leaves, so a caller that catches the error (PL/pgSQL, a
+ * savepoint) is not left inside it. Returns what body returned.
+ */
+extern bool simba_in_subtransaction(bool (*body) (void *arg), void *arg);
+
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
 extern void simba_check_chars(text *t, const char *what, int max_chars);
 extern text *simba_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);
