@@ -9,7 +9,7 @@ pkgs=(
   postgresql-15 postgresql-server-dev-15 postgresql-contrib
   libpq-dev libpqxx-dev libgtest-dev
   nlohmann-json3-dev libhiredis-dev libcli11-dev
-  libcpp-httplib-dev prometheus tmux python3-yaml
+  libcpp-httplib-dev prometheus prometheus-postgres-exporter tmux python3-yaml
   pgbouncer valgrind
   patroni etcd-server etcd-client procps postgresql-15-auto-failover
   "$@"
