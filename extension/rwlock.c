@@ -349,6 +349,7 @@ typedef struct Release
 	text	   *rwlock;
 	text	   *contender;
 	bool		released;
+	bool		notify;
 } Release;
 
 static bool
@@ -369,6 +370,12 @@ release(void *arg)
 	simba_execute(fcinfo, &holder_delete, (Datum[]) {PointerGetDatum(r->rwlock), PointerGetDatum(&h.mine_tid)},
 				  NULL, 0);
 	r->released = !mode_is(&h, "waiting");
+	/*
+	 * Nobody waits for a reader unless a writer does: readers are refused
+	 * only by a writer holding or waiting. So a reader's release with no
+	 * writer queued sends nothing (a NOTIFY serializes commits cluster-wide).
+	 */
+	r->notify = !mode_is(&h, "read") || h.waiting > 0;
 	return true;
 }
 
@@ -384,7 +391,7 @@ simba_rwlock_release_1_4(PG_FUNCTION_ARGS)
 	changed = simba_in_subtransaction(release, &r);
 	SPI_finish();
 	/* Whoever waits for it may be granted now (delivered at commit). */
-	if (changed)
+	if (changed && r.notify)
 		Async_Notify("simba", text_to_cstring(r.rwlock));
 	PG_RETURN_BOOL(r.released);
 }

@@ -473,7 +473,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_release(text, text) IS
-  'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name; false and no change otherwise';
+  'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name (not for a reader while no writer waits: nobody waits for it); false and no change otherwise';
 
 CREATE FUNCTION @extschema@.simba_rwlock_fence_check(rwlock text, contender_id text, fence bigint)
 RETURNS void
