@@ -24,7 +24,7 @@ PG_FUNCTION_INFO_V1(simba_drop_guard);
 static SimbaPlan live_leases = {
 	"SELECT (SELECT pg_catalog.count(*) FROM simba_mutex AS m WHERE " SIMBA_MUTEX_LIVE("$1", "$2") ")"
 	"     + (SELECT pg_catalog.count(*) FROM simba_rwlock_holder AS h WHERE h.mode <> 'waiting' AND "
-	SIMBA_LEASE_END("h.transition_at", "h.renewed_at", "h.clock_origin", "$2") " > $1),"
+	SIMBA_HOLDER_LIVE("$1", "$2") "),"
 	"       (SELECT pg_catalog.count(*) FROM simba_semaphore_permit AS p WHERE " SIMBA_PERMIT_LIVE("$1", "$2") ")",
 	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
 };

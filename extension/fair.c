@@ -21,6 +21,12 @@
  *
  * A mutex is fair only for the callers that use these functions: a plain
  * simba_acquire does not look at the queue.
+ *
+ * Under a session (session_id) a tenure taken lives with the session, as
+ * simba_acquire's does; the caller's queue entry keeps its own lease, since
+ * only the waiter's own calls show it still waits. A session's close and a
+ * forced release end a tenure without a fair call: they wake the head too
+ * (simba_fair_wake).
  */
 #include "simba.h"
 
@@ -29,6 +35,7 @@
 #include "common/md5.h"
 #include "funcapi.h"
 #include "storage/itemptr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(simba_fair_acquire_1_4);
@@ -84,6 +91,15 @@ static SimbaPlan entry_renew = {
 static SimbaPlan entry_delete = {
 	"DELETE FROM simba_mutex_queue AS q WHERE q.ctid = $2 AND q.mutex = $1",
 	2, {TEXTOID, TIDOID}
+};
+
+/* The head of each of the mutexes' queues ($1 text[]): its first live entry at $2 t ($3 origin). */
+static SimbaPlan heads_select = {
+	"SELECT r.mutex, h.owner_id, h.owner_role FROM pg_catalog.unnest($1) AS r(mutex),"
+	" LATERAL (SELECT q.owner_id, q.owner_role FROM simba_mutex_queue AS q"
+	"           WHERE q.mutex = r.mutex AND " ENTRY_END("$3") " > $2"
+	"           ORDER BY q.enqueued_at, q.owner_id LIMIT 1) AS h",
+	3, {TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* The owner as it stands ($2 t, $3 origin), a simba_owner: for a caller who queues. */
@@ -159,6 +175,7 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		args[10];
 	char		nulls[11] = "";
 	SimbaCaller caller = simba_mutex_lease_args(fcinfo, 2, args, nulls);
+	Datum		entry_end = args[4];	/* the queue entry's own lease, under a session too */
 	TupleDesc	tupdesc;
 	MemoryContext callctx = CurrentMemoryContext;
 	MemoryContext old;
@@ -177,6 +194,8 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 
 	SPI_connect();
+	/* Under a session, its row first (as simba_acquire): a tenure taken lives with it. */
+	simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
 	/* The mutex row, locked (made on first use): one fair decision at a time. */
 	while (simba_execute(fcinfo, &row_lock,
 						 (Datum[]) {args[0], args[2], args[8], args[1], caller.role, caller.roleid, caller.sysid},
@@ -192,8 +211,8 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	mine = (holds || place.ahead == 0) && simba_mutex_take(fcinfo, args, nulls);
 	if (!mine)
 	{
-		Datum		entry[9] = {args[0], args[1], caller.role, caller.roleid, caller.sysid, args[2], args[4], args[8],
-		PointerGetDatum(&place.tid)};
+		Datum		entry[9] = {args[0], args[1], caller.role, caller.roleid, caller.sysid, args[2], entry_end,
+		args[8], PointerGetDatum(&place.tid)};
 
 		simba_execute(fcinfo, place.queued ? &entry_renew : &entry_insert, entry,
 					  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' '}, 0);
@@ -216,6 +235,29 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 		simba_execute(fcinfo, &entry_delete, (Datum[]) {args[0], PointerGetDatum(&place.tid)}, NULL, 0);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+void
+simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t)
+{
+	TimestampTz origin = simba_clock_origin(fcinfo);
+	uint64		i;
+
+	if (n == 0)
+		return;
+	simba_execute(fcinfo, &heads_select,
+				  (Datum[]) {PointerGetDatum(construct_array(mutexes, n, TEXTOID, -1, false, TYPALIGN_INT)),
+		TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	/* Delivered at commit, as every NOTIFY; Async_Notify copies its strings. */
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *mutex = SPI_getvalue(row, desc, 1);
+
+		Async_Notify(wake_channel(mutex, SPI_getvalue(row, desc, 2), SPI_getvalue(row, desc, 3)), mutex);
+	}
 }
 
 Datum

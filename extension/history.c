@@ -215,17 +215,22 @@ simba_force_release_1_4(PG_FUNCTION_ARGS)
 	bool		released;
 	Datum		session_id = (Datum) 0;
 	bool		no_session = true;
+	TimestampTz t;
 
 	simba_enter(fcinfo, true);
 	mutex = simba_name_arg(fcinfo, 0, "mutex");
 	SPI_connect();
 	if (simba_execute(fcinfo, &force_lock, (Datum[]) {PointerGetDatum(mutex)}, NULL, 1) == 1)
 		session_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &no_session);
+	t = simba_now(fcinfo);
 	released = simba_execute(fcinfo, &force_update,
-							 (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(simba_now(fcinfo)),
+							 (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t),
 		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
 	if (released && !no_session)
 		simba_execute(fcinfo, &revoke_update, &session_id, NULL, 0);
+	/* The head of a fair queue is woken on its own channel, as simba_fair_release would. */
+	if (released)
+		simba_fair_wake(fcinfo, (Datum[]) {PointerGetDatum(mutex)}, 1, t);
 	SPI_finish();
 	if (released)
 		Async_Notify("simba", text_to_cstring(mutex));

@@ -20,7 +20,8 @@
  *
  * Session: a tenure taken under a session (session_id) lives as long as the
  * session (session.c); the row keeps the session's times at the acquire for
- * show, and reads the session's for its owner and fence check.
+ * show, and reads the session's for its owner and fence check. The
+ * multi-lock and the fair lock join sessions the same way.
  *
  * Locking: acquire and release lock the row only through their UPDATE. A
  * first acquire inserts the row with ON CONFLICT DO NOTHING, so concurrent
@@ -252,6 +253,19 @@ simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls)
 	}
 }
 
+bool
+simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller, Datum *args, char *nulls)
+{
+	TimestampTz ttl_at;
+	TimestampTz transition_at;
+
+	if (!simba_session_join(fcinfo, argno, caller, &args[9], &nulls[9], &ttl_at, &transition_at))
+		return false;
+	args[3] = TimestampTzGetDatum(ttl_at);
+	args[4] = TimestampTzGetDatum(transition_at);
+	return true;
+}
+
 /* A mutex never used: free, version and fence still 0 (in the current memory context). */
 static HeapTuple
 unused_owner_tuple(TupleDesc tupdesc, Datum mutex, TimestampTz t)
@@ -276,16 +290,9 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	SimbaCaller caller = simba_mutex_lease_args(fcinfo, 2, args, nulls);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
 	Datum		result;
-	TimestampTz ttl_at;
-	TimestampTz transition_at;
 
 	SPI_connect();
-	/* Under a session: its times. */
-	if (simba_session_join(fcinfo, 4, &caller, &args[9], &nulls[9], &ttl_at, &transition_at))
-	{
-		args[3] = TimestampTzGetDatum(ttl_at);
-		args[4] = TimestampTzGetDatum(transition_at);
-	}
+	simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
 	(void) simba_mutex_take(fcinfo, args, nulls);
 	result = returned_owner(tupdesc);
 	SPI_finish();
@@ -546,6 +553,7 @@ mutexes_arg(FunctionCallInfo fcinfo, int argno, text ***names)
 typedef struct TakeAll
 {
 	FunctionCallInfo fcinfo;
+	const SimbaCaller *caller;
 	text	  **names;
 	int			n;
 	Datum	   *args;
@@ -561,6 +569,8 @@ take_all(void *arg)
 	TakeAll    *a = (TakeAll *) arg;
 	int			i;
 
+	/* The session row too is locked only when every mutex was taken. */
+	simba_mutex_join_session(a->fcinfo, 4, a->caller, a->args, a->nulls);
 	for (i = 0; i < a->n; i++)
 	{
 		a->args[0] = PointerGetDatum(a->names[i]);
@@ -581,7 +591,7 @@ simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 	char		nulls[11] = "";
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTuple  *rows = palloc(n * sizeof(HeapTuple));
-	TakeAll		work = {fcinfo, names, n, args, nulls, rows, NULL, CurrentMemoryContext};
+	TakeAll		work = {fcinfo, &caller, names, n, args, nulls, rows, NULL, CurrentMemoryContext};
 	int			i;
 
 	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), 2, args, nulls);

@@ -19,6 +19,15 @@
  * epoch, which is a reader's fence. A writer may downgrade to a reader
  * (ask for 'read' while writing: no gap, its fence stays); a reader asking
  * for 'write' is refused with SB005, never left to deadlock with another.
+ * A hold's acquired_at is kept by its renewals and its downgrade (with its
+ * fence), and is new for a new hold: clients tell a lost read hold by it.
+ *
+ * Sessions: a read or write hold taken under a session (session_id) lives
+ * exactly as long as the session, as a mutex tenure does (session.c,
+ * simba.h); dropping one whose session ended locks the session row, so a
+ * keepalive in flight either renews it first or finds the session ended. A
+ * waiting writer's entry is never under a session: it keeps its own lease,
+ * renewed by its writer asking again.
  *
  * A call that changes nothing (a reader refused, a release or fence check
  * of a non-holder) rolls back its internal subtransaction or fails, so it
@@ -38,9 +47,6 @@ PG_FUNCTION_INFO_V1(simba_rwlock_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_rwlock_release_1_4);
 PG_FUNCTION_INFO_V1(simba_rwlock_fence_check_1_4);
 
-/* Lease end of holder row h as the clock of `origin` counts it. */
-#define HOLDER_END(origin) SIMBA_LEASE_END("h.transition_at", "h.renewed_at", "h.clock_origin", origin)
-
 static SimbaPlan lock_update = {
 	"SELECT write_fence FROM simba_rwlock WHERE rwlock = $1 FOR UPDATE",
 	1, {TEXTOID}
@@ -56,52 +62,73 @@ static SimbaPlan lock_insert = {
 	1, {TEXTOID}
 };
 
-/* $2 t, $3 origin */
+/* $2 t, $3 origin; a hold under a session that ended locks its row (simba.h) */
 static SimbaPlan drop_lapsed = {
-	"DELETE FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND " HOLDER_END("$3") " <= $2",
+	"DELETE FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND NOT " SIMBA_HOLDER_LIVE_LOCKING("$2", "$3"),
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /*
- * Every holder row of the lock in queue order: $1 rwlock, the caller as $2
- * contender, $3 role, $4 roleid, $5 sysid; $6 origin.
+ * Every holder row of the lock in queue order, with its lease end `end`:
+ * $1 rwlock, the caller as $2 contender, $3 role, $4 roleid, $5 sysid; $6
+ * origin.
  */
+#define HOLDERS_SELECT(end) \
+	"SELECT h.ctid, h.mode, h.fence, h.owner_id = $2 AND " \
+	SIMBA_SAME_ROLE("h.owner_role", "h.owner_roleid", "h.owner_sysid", "$3", "$4", "$5") "," \
+	"       h.acquired_at, " end ", h.owner_id, h.owner_role" \
+	"  FROM simba_rwlock_holder AS h WHERE h.rwlock = $1" \
+	" ORDER BY h.acquired_at, h.owner_id"
+#define HOLDERS_ARGS 6, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+
+/* Grants and releases: the row's own end (a grant has dropped lapsed holds first, a release decides below). */
 static SimbaPlan holders_select = {
-	"SELECT h.ctid, h.mode, h.fence, h.owner_id = $2 AND "
-	SIMBA_SAME_ROLE("h.owner_role", "h.owner_roleid", "h.owner_sysid", "$3", "$4", "$5") ","
-	"       h.acquired_at, " HOLDER_END("$6") ", h.owner_id, h.owner_role"
-	"  FROM simba_rwlock_holder AS h WHERE h.rwlock = $1"
-	" ORDER BY h.acquired_at, h.owner_id",
-	6, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
+	HOLDERS_SELECT(SIMBA_HOLDER_END("$6")),
+	HOLDERS_ARGS
+};
+
+/*
+ * Fence checks: a hold's end is its session's under a session (read in this
+ * statement: maybe older than its latest keepalive, never later).
+ */
+static SimbaPlan holders_check = {
+	HOLDERS_SELECT(SIMBA_SESSION_TIME_OR("h.session_id", "transition_at", "$6", SIMBA_HOLDER_END("$6"))),
+	HOLDERS_ARGS
 };
 
 /*
  * $1 rwlock, $2 contender, $3 role, $4 roleid, $5 sysid, $6 mode, $7 fence,
- * $8 acquired_at, $9 t, $10 ttl_at, $11 transition_at, $12 origin
+ * $8 acquired_at, $9 t, $10 ttl_at, $11 transition_at, $12 origin, $13
+ * session (NULL: none)
  */
-#define HOLDER_ARGS 12, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, \
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+#define HOLDER_ARGS 13, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, \
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID}
 
 static SimbaPlan holder_insert = {
 	"INSERT INTO simba_rwlock_holder (rwlock, owner_id, owner_role, owner_roleid, owner_sysid, mode, fence,"
-	"       acquired_at, renewed_at, ttl_at, transition_at, clock_origin)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+	"       acquired_at, renewed_at, ttl_at, transition_at, clock_origin, session_id)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 	HOLDER_ARGS
 };
 
-/* The caller's row, by ctid ($13): its role columns become this cluster's (after a restore). */
+/*
+ * The caller's row, by ctid ($14): its role columns become this cluster's
+ * (after a restore); it moves onto the session of the call, or off sessions.
+ */
 static SimbaPlan holder_update = {
 	"UPDATE simba_rwlock_holder AS h"
 	"   SET owner_role = $3, owner_roleid = $4, owner_sysid = $5, mode = $6, fence = $7, acquired_at = $8,"
-	"       renewed_at = $9, ttl_at = $10, transition_at = $11, clock_origin = $12"
-	" WHERE h.ctid = $13 AND h.rwlock = $1 AND h.owner_id = $2",
-	13, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIDOID}
+	"       renewed_at = $9, ttl_at = $10, transition_at = $11, clock_origin = $12, session_id = $13"
+	" WHERE h.ctid = $14 AND h.rwlock = $1 AND h.owner_id = $2",
+	14, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIDOID}
 };
 
-static SimbaPlan holder_delete = {
-	"DELETE FROM simba_rwlock_holder AS h WHERE h.ctid = $2 AND h.rwlock = $1",
-	2, {TEXTOID, TIDOID}
+/* The caller's row ($2 ctid) while it is live at $3 t ($4 origin), as simba_release decides. */
+static SimbaPlan holder_release = {
+	"DELETE FROM simba_rwlock_holder AS h WHERE h.ctid = $2 AND h.rwlock = $1 AND "
+	SIMBA_HOLDER_LIVE_LOCKING("$3", "$4"),
+	4, {TEXTOID, TIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static SimbaPlan next_write_fence = {
@@ -118,7 +145,7 @@ typedef struct Holders
 	char	   *mine_mode;
 	int64		mine_fence;
 	TimestampTz mine_since;		/* its acquired_at */
-	TimestampTz mine_end;
+	TimestampTz mine_end;		/* by the plan read_holders ran */
 	int			readers;		/* other live rows by mode */
 	int			writers;
 	int			waiting;
@@ -137,12 +164,13 @@ value_int64(HeapTuple row, int col)
 
 /* Inside SPI, under the lock row: the holder rows (all live when lapsed ones were dropped). */
 static Holders
-read_holders(FunctionCallInfo fcinfo, text *rwlock, text *contender, const SimbaCaller *caller, TimestampTz origin)
+read_holders(FunctionCallInfo fcinfo, SimbaPlan *plan, text *rwlock, text *contender, const SimbaCaller *caller,
+			 TimestampTz origin)
 {
 	Holders		h = {0};
 	uint64		i;
 
-	simba_execute(fcinfo, &holders_select,
+	simba_execute(fcinfo, plan,
 				  (Datum[]) {PointerGetDatum(rwlock), PointerGetDatum(contender), caller->role, caller->roleid,
 		caller->sysid, TimestampTzGetDatum(origin)},
 				  (char[]) {' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
@@ -219,12 +247,21 @@ grant(void *arg)
 {
 	Grant	   *g = (Grant *) arg;
 	FunctionCallInfo fcinfo = g->fcinfo;
-	int64		write_fence = lock_for_update(fcinfo, g->rwlock);
+	int64		write_fence;
 	TimestampTz origin;
-	Datum		args[13];
-	char		argnulls[14] = "             ";
+	Datum		args[14];
+	char		argnulls[15] = "              ";
+	TimestampTz session_ttl_at = 0;
+	TimestampTz session_end = 0;
+	bool		joined;
 	Holders		h;
 
+	/*
+	 * Under a session, its row first (as simba_acquire); inside the
+	 * subtransaction, so a refused reader keeps no lock on it either.
+	 */
+	joined = simba_session_join(fcinfo, 5, &g->caller, &args[12], &argnulls[12], &session_ttl_at, &session_end);
+	write_fence = lock_for_update(fcinfo, g->rwlock);
 	/* The clock after the lock: every earlier grant is visible now. */
 	g->t = g->since = simba_now(fcinfo);
 	origin = simba_clock_origin(fcinfo);
@@ -233,7 +270,7 @@ grant(void *arg)
 	simba_execute(fcinfo, &drop_lapsed,
 				  (Datum[]) {PointerGetDatum(g->rwlock), TimestampTzGetDatum(g->t), TimestampTzGetDatum(origin)},
 				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
-	h = read_holders(fcinfo, g->rwlock, g->contender, &g->caller, origin);
+	h = read_holders(fcinfo, &holders_select, g->rwlock, g->contender, &g->caller, origin);
 
 	if (g->write && mode_is(&h, "read"))
 		ereport(ERROR,
@@ -275,6 +312,14 @@ grant(void *arg)
 	else
 		return false;
 
+	/* A hold lives with the session and shows its times; a waiting writer's entry keeps its own lease. */
+	if (joined && strcmp(g->mode, "waiting") != 0)
+	{
+		g->ttl_at = session_ttl_at;
+		g->transition_at = session_end;
+	}
+	else
+		argnulls[12] = 'n';
 	args[0] = PointerGetDatum(g->rwlock);
 	args[1] = PointerGetDatum(g->contender);
 	args[2] = g->caller.role;
@@ -288,7 +333,7 @@ grant(void *arg)
 	args[10] = TimestampTzGetDatum(g->transition_at);
 	args[11] = TimestampTzGetDatum(origin);
 	argnulls[11] = SIMBA_ORIGIN_NULL(origin);
-	args[12] = PointerGetDatum(&h.mine_tid);
+	args[13] = PointerGetDatum(&h.mine_tid);
 	if (simba_execute(fcinfo, h.mine ? &holder_update : &holder_insert, args, argnulls, 0) != 1)
 		elog(ERROR, "simba: rwlock holder row vanished while granting");
 	return true;
@@ -358,17 +403,20 @@ release(void *arg)
 	Release    *r = (Release *) arg;
 	FunctionCallInfo fcinfo = r->fcinfo;
 	TimestampTz t;
+	TimestampTz origin;
 	Holders		h;
 
 	if (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(r->rwlock)}, NULL, 1) == 0)
 		return false;
 	t = simba_now(fcinfo);
-	h = read_holders(fcinfo, r->rwlock, r->contender, &r->caller, simba_clock_origin(fcinfo));
-	/* A live hold is released; a queued writer's entry is withdrawn. */
-	if (!h.mine || h.mine_end <= t)
+	origin = simba_clock_origin(fcinfo);
+	h = read_holders(fcinfo, &holders_select, r->rwlock, r->contender, &r->caller, origin);
+	/* A live hold is released (under a session: while the session lives); a queued writer's entry is withdrawn. */
+	if (!h.mine ||
+		simba_execute(fcinfo, &holder_release,
+					  (Datum[]) {PointerGetDatum(r->rwlock), PointerGetDatum(&h.mine_tid), TimestampTzGetDatum(t),
+		TimestampTzGetDatum(origin)}, (char[]) {' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0) == 0)
 		return false;
-	simba_execute(fcinfo, &holder_delete, (Datum[]) {PointerGetDatum(r->rwlock), PointerGetDatum(&h.mine_tid)},
-				  NULL, 0);
 	r->released = !mode_is(&h, "waiting");
 	/*
 	 * Nobody waits for a reader unless a writer does: readers are refused
@@ -415,7 +463,7 @@ simba_rwlock_fence_check_1_4(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/* FOR SHARE until the transaction ends: no grant (a conflicting one included) until then. */
 	if (simba_execute(fcinfo, &lock_share, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 1)
-		h = read_holders(fcinfo, rwlock, contender, &caller, simba_clock_origin(fcinfo));
+		h = read_holders(fcinfo, &holders_check, rwlock, contender, &caller, simba_clock_origin(fcinfo));
 	/* Read after the lock: the lease must still hold now. */
 	t = simba_now(fcinfo);
 	if (!mode_is(&h, "read") && !mode_is(&h, "write"))

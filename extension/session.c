@@ -1,8 +1,8 @@
 /*
- * session.c — sessions (1.4): one lease that keeps every tenure and permit
- * taken under it alive, so a process renews once per period whatever it
- * holds, and a dead process loses all of it together (docs/design.md,
- * "Sessions").
+ * session.c — sessions (1.4): one lease that keeps every tenure (of a
+ * mutex, a multi-lock, a fair lock), permit and read-write hold taken under
+ * it alive, so a process renews once per period whatever it holds, and a
+ * dead process loses all of it together (docs/design.md, "Sessions").
  *
  * A session row carries the lease (renewed_at, ttl_at, transition_at on
  * simba's clock, counted again in full from a new clock origin as a mutex
@@ -104,6 +104,21 @@ static SimbaPlan close_mutexes = {
 	1, {UUIDOID}
 };
 
+/*
+ * Read-write holds end as simba_rwlock_release ends them: each lock's name
+ * once, and whether to NOTIFY simba (a writer released, or a writer waits;
+ * nobody waits for a reader otherwise). A waiting writer's entry is never
+ * under a session ($1 id).
+ */
+static SimbaPlan close_rwlocks = {
+	"WITH released AS (DELETE FROM simba_rwlock_holder AS h WHERE h.session_id = $1 RETURNING h.rwlock, h.mode)"
+	" SELECT r.rwlock, pg_catalog.count(*),"
+	"        pg_catalog.bool_or(r.mode = 'write')"
+	"        OR EXISTS (SELECT 1 FROM simba_rwlock_holder AS w WHERE w.rwlock = r.rwlock AND w.mode = 'waiting')"
+	"   FROM released AS r GROUP BY r.rwlock",
+	1, {UUIDOID}
+};
+
 static SimbaPlan close_permits = {
 	"UPDATE simba_semaphore_permit AS p SET expires_at = $2, renewed_at = $2, clock_origin = $3, session_id = NULL"
 	" WHERE p.session_id = $1"
@@ -127,6 +142,14 @@ static SimbaPlan detach_permits = {
 	"UPDATE simba_semaphore_permit AS p"
 	"   SET session_id = NULL, renewed_at = s.renewed_at, expires_at = s.transition_at, clock_origin = s.clock_origin"
 	"  FROM simba_session_lease AS s WHERE s.session_id = ANY ($1) AND p.session_id = s.session_id",
+	1, {UUIDARRAYOID}
+};
+
+static SimbaPlan detach_rwlocks = {
+	"UPDATE simba_rwlock_holder AS h"
+	"   SET session_id = NULL, renewed_at = s.renewed_at, ttl_at = s.ttl_at, transition_at = s.transition_at,"
+	"       clock_origin = s.clock_origin"
+	"  FROM simba_session_lease AS s WHERE s.session_id = ANY ($1) AND h.session_id = s.session_id",
 	1, {UUIDARRAYOID}
 };
 
@@ -295,6 +318,7 @@ collect(FunctionCallInfo fcinfo, Datum ids)
 {
 	simba_execute(fcinfo, &detach_mutexes, &ids, NULL, 0);
 	simba_execute(fcinfo, &detach_permits, &ids, NULL, 0);
+	simba_execute(fcinfo, &detach_rwlocks, &ids, NULL, 0);
 	simba_execute(fcinfo, &session_delete, &ids, NULL, 0);
 }
 
@@ -321,19 +345,35 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 		{
 			uint64		i;
 			uint64		n = simba_execute(fcinfo, &close_mutexes, &session_id, NULL, 0);
+			Datum	   *mutexes = palloc((n + 1) * sizeof(Datum));
+			bool		isnull;
 
 			for (i = 0; i < n; i++)
+			{
 				woken = lappend(woken, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+				mutexes[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+			}
 			released = (int64) n;
+			/* A fair queue's head is woken on its own channel: it does not listen on simba. */
+			simba_fair_wake(fcinfo, mutexes, (int) n, t);
 			n = simba_execute(fcinfo, &close_permits,
 							  (Datum[]) {session_id, TimestampTzGetDatum(t), args[4]}, NULL, 0);
 			for (i = 0; i < n; i++)
 				woken = lappend(woken, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
 			released += (int64) n;
+			n = simba_execute(fcinfo, &close_rwlocks, &session_id, NULL, 0);
+			for (i = 0; i < n; i++)
+			{
+				HeapTuple	row = SPI_tuptable->vals[i];
+
+				released += DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+				if (DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull)))
+					woken = lappend(woken, SPI_getvalue(row, SPI_tuptable->tupdesc, 1));
+			}
 			simba_execute(fcinfo, &session_delete, (Datum[]) {one_id(session_id)}, NULL, 0);
 		}
 	}
-	/* Wake the waiters of each mutex and key (delivered at commit; repeats fold into one). */
+	/* Wake the waiters of each mutex, key and rwlock (delivered at commit; repeats fold into one). */
 	foreach(lc, woken)
 		Async_Notify("simba", (char *) lfirst(lc));
 	SPI_finish();

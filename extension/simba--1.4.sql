@@ -48,7 +48,7 @@ COMMENT ON TABLE @extschema@.simba_mutex IS
 -- a session's close and collection find its rows
 CREATE INDEX simba_mutex_session ON @extschema@.simba_mutex (session_id) WHERE session_id IS NOT NULL;
 
--- Sessions (session.c): one lease for every tenure and permit taken under it.
+-- Sessions (session.c): one lease for every tenure, permit and read-write hold taken under it.
 CREATE TABLE @extschema@.simba_session_lease (
     session_id    uuid        PRIMARY KEY,
     owner_role    name        NOT NULL,
@@ -64,7 +64,7 @@ CREATE TABLE @extschema@.simba_session_lease (
     revoked       bigint      NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);  -- every keepalive rewrites the row
 COMMENT ON TABLE @extschema@.simba_session_lease IS
-  'simba: one row per session, of the role owner_roleid of cluster owner_sysid; live until transition_at (on the clock of clock_origin); a keepalive renews it by ttl and transition; revoked counts its tenures simba_force_release took. Written only by the simba_* functions; a row is deleted only once no mutex or permit refers to it.';
+  'simba: one row per session, of the role owner_roleid of cluster owner_sysid; live until transition_at (on the clock of clock_origin); a keepalive renews it by ttl and transition; revoked counts its tenures simba_force_release took. Written only by the simba_* functions; a row is deleted only once no mutex, permit or read-write hold refers to it.';
 -- A restored session keeps what it holds, its lease counted again in full from the new clock.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_session_lease', '');
 
@@ -109,7 +109,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_session_open(interval, interval) IS
-  'simba: open a session of the caller''s role: mutexes and permits acquired under it live as long as it does';
+  'simba: open a session of the caller''s role: mutexes (simba_acquire, simba_acquire_all, simba_fair_acquire), permits and read-write holds acquired under it live as long as it does';
 
 CREATE FUNCTION @extschema@.simba_session_keepalive(session_id uuid)
 RETURNS @extschema@.simba_session
@@ -127,7 +127,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_session_close(uuid) IS
-  'simba: end the caller''s session, releasing every mutex and permit held under it (NOTIFY simba for each); returns how many it released (0 for an ended or unknown session)';
+  'simba: end the caller''s session, releasing every mutex, permit and read-write hold held under it (NOTIFY simba for each, as their releases send; a fair queue''s head on its wake_channel); returns how many it released (0 for an ended or unknown session)';
 
 CREATE FUNCTION @extschema@.simba_session_gc()
 RETURNS bigint
@@ -197,14 +197,15 @@ CREATE FUNCTION @extschema@.simba_acquire_all(
     mutexes      text[],
     contender_id text,
     ttl          interval DEFAULT '10 seconds',
-    transition   interval DEFAULT '6 seconds')
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
 RETURNS SETOF @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
 LANGUAGE C VOLATILE ROWS 10
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
-COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval) IS
-  'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence';
+COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval, uuid) IS
+  'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence; under a session (session_id) every one lives as long as the session and ttl and transition are not used';
 
 CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
 RETURNS integer
@@ -239,10 +240,12 @@ CREATE TABLE @extschema@.simba_rwlock_holder (
     ttl_at        timestamptz NOT NULL,
     transition_at timestamptz NOT NULL,
     clock_origin  timestamptz,
+    session_id    uuid,
     PRIMARY KEY (rwlock, owner_id, owner_roleid, owner_sysid)
 );
 COMMENT ON TABLE @extschema@.simba_rwlock_holder IS
-  'simba: readers, the writer and the waiting writers of each read-write lock, each with its lease (from renewed_at, on the clock of clock_origin); a waiting writer''s acquired_at is its place in the queue. Written only by the simba_rwlock_* functions';
+  'simba: readers, the writer and the waiting writers of each read-write lock, each with its lease (from renewed_at, on the clock of clock_origin), or a reader''s or writer''s the lease of session session_id (simba_session_lease); a waiting writer''s acquired_at is its place in the queue. Written only by the simba_rwlock_* functions';
+CREATE INDEX simba_rwlock_holder_session ON @extschema@.simba_rwlock_holder (session_id) WHERE session_id IS NOT NULL;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock_holder', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_rwlock_fence', '');
@@ -267,14 +270,15 @@ CREATE FUNCTION @extschema@.simba_rwlock_acquire(
     contender_id text,
     mode         text,
     ttl          interval DEFAULT '10 seconds',
-    transition   interval DEFAULT '6 seconds')
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_rwlock_grant
 AS 'MODULE_PATHNAME', 'simba_rwlock_acquire_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
-COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval) IS
-  'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005)';
+COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval, uuid) IS
+  'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005); under a session (session_id) a read or write hold lives as long as the session, a waiting writer''s place by its own ttl and transition';
 
 CREATE FUNCTION @extschema@.simba_rwlock_release(rwlock text, contender_id text)
 RETURNS boolean
@@ -292,7 +296,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
-  'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
+  'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired, or its session ended) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
 
 -- Fair (FIFO) lock (fair.c): a mutex whose contenders queue; only the head is woken.
 CREATE TABLE @extschema@.simba_mutex_queue (
@@ -331,14 +335,15 @@ CREATE FUNCTION @extschema@.simba_fair_acquire(
     mutex        text,
     contender_id text,
     ttl          interval DEFAULT '10 seconds',
-    transition   interval DEFAULT '6 seconds')
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_fair_owner
 AS 'MODULE_PATHNAME', 'simba_fair_acquire_1_4'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off;
-COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval) IS
-  'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again)';
+COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval, uuid) IS
+  'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again, also under a session); under a session (session_id) the tenure lives as long as the session';
 
 CREATE FUNCTION @extschema@.simba_fair_release(mutex text, contender_id text)
 RETURNS boolean
@@ -503,7 +508,9 @@ SELECT s.session_id,
        (SELECT pg_catalog.count(*) FROM @extschema@.simba_mutex m
          WHERE m.session_id = s.session_id AND m.owner_id IS NOT NULL) AS mutexes,
        (SELECT pg_catalog.count(*) FROM @extschema@.simba_semaphore_permit p
-         WHERE p.session_id = s.session_id) AS permits
+         WHERE p.session_id = s.session_id) AS permits,
+       (SELECT pg_catalog.count(*) FROM @extschema@.simba_rwlock_holder h
+         WHERE h.session_id = s.session_id) AS rwlocks
   FROM @extschema@.simba_session_lease s
  CROSS JOIN @extschema@.simba_clock() c
  CROSS JOIN LATERAL (SELECT CASE WHEN s.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
@@ -512,7 +519,7 @@ SELECT s.session_id,
  CROSS JOIN LATERAL (SELECT s.ttl_at + sh.shift AS ttl_at, s.transition_at + sh.shift AS transition_at,
                             sh.shift) e;
 COMMENT ON VIEW @extschema@.simba_session_status IS
-  'simba: every session now: state held (in ttl), transition (keep it alive now) or ended (until simba_session_gc); the mutexes and permits it holds';
+  'simba: every session now: state held (in ttl), transition (keep it alive now) or ended (until simba_session_gc); the mutexes, permits and read-write holds (rwlocks) it holds';
 
 CREATE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
 SELECT m.mutex,
@@ -580,10 +587,14 @@ SELECT r.rwlock,
         CROSS JOIN LATERAL (SELECT CASE WHEN h.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
                                         THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - h.renewed_at))
                                         ELSE interval '0' END AS shift) s
-        WHERE h.rwlock = r.rwlock AND h.transition_at + s.shift > c.now) h ON true
+         LEFT JOIN @extschema@.simba_session_lease ss ON ss.session_id = h.session_id
+        CROSS JOIN LATERAL (SELECT CASE WHEN ss.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                        THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - ss.renewed_at))
+                                        ELSE interval '0' END AS shift) sh
+        WHERE h.rwlock = r.rwlock AND COALESCE(ss.transition_at + sh.shift, h.transition_at + s.shift) > c.now) h ON true
  GROUP BY r.rwlock, r.write_fence, r.version;
 COMMENT ON VIEW @extschema@.simba_rwlock_status IS
-  'simba: every read-write lock now: mode write, read or free, its live holders, the writers waiting for it, and the write epoch (write_fence)';
+  'simba: every read-write lock now: mode write, read or free, its live holders (under a session: while the session lives), the writers waiting for it, and the write epoch (write_fence)';
 
 -- Ownership history, logged while simba.history is on (history.c).
 CREATE TABLE @extschema@.simba_mutex_history (

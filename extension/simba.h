@@ -36,7 +36,7 @@ typedef struct SimbaPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[13];
+	Oid			argtypes[14];
 	SPIPlanPtr	plan;			/* NULL until first use */
 } SimbaPlan;
 
@@ -167,6 +167,11 @@ extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool c
 #define SIMBA_PERMIT_LIVE(t, origin) SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "false")
 #define SIMBA_PERMIT_LIVE_LOCKING(t, origin) \
 	SIMBA_LIVE_UNDER(SIMBA_PERMIT_END(origin), "p.session_id", t, origin, "true")
+/* The same for simba_rwlock_holder row h (a waiting writer's entry is never under a session). */
+#define SIMBA_HOLDER_END(origin) SIMBA_LEASE_END("h.transition_at", "h.renewed_at", "h.clock_origin", origin)
+#define SIMBA_HOLDER_LIVE(t, origin) SIMBA_LIVE_UNDER(SIMBA_HOLDER_END(origin), "h.session_id", t, origin, "false")
+#define SIMBA_HOLDER_LIVE_LOCKING(t, origin) \
+	SIMBA_LIVE_UNDER(SIMBA_HOLDER_END(origin), "h.session_id", t, origin, "true")
 
 /*
  * Inside SPI, for an acquire whose argument `argno` (session_id) may name a
@@ -215,9 +220,23 @@ extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum c
  */
 extern SimbaCaller simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls);
 extern bool simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls);
+/*
+ * Inside SPI, before any attempt: when argument argno (session_id) names a
+ * session, the attempts' tenures join it (simba_session_join: SB004 if it
+ * is not the caller's and live) and show its times, not ttl and transition.
+ */
+extern bool simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
+									 Datum *args, char *nulls);
 /* Inside SPI: releases the caller's live tenure of `mutex` (true), else logs a late release. */
 extern bool simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller,
 								TimestampTz t);
+
+/*
+ * fair.c, inside SPI: NOTIFY the head of each of these mutexes' fair queues
+ * (a live entry) on its wake channel, as simba_fair_release would; for the
+ * releases that are not fair calls (a session's close, a forced release).
+ */
+extern void simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t);
 
 /* t + usec, raising 22008 when the result leaves the timestamp range. */
 extern TimestampTz simba_add_usec(TimestampTz t, int64 usec);

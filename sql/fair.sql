@@ -51,6 +51,27 @@ SELECT pg_sleep(greatest(0, extract(epoch FROM :'short_end'::timestamptz - (simb
 SELECT owner_id, fence > :short_fence AS new_fence, position FROM simba_fair_acquire('f', 'g', '1h', '1h');
 SELECT simba_fair_release('f', 'g');
 
+-- under a session (session.sql has it end with the session): the tenure
+-- shows the session's times; a waiter's entry keeps its own lease, which
+-- lapses when the waiter stops asking, session or not; the session's close
+-- releases the tenure (and counts it: fair_race.spec shows the head woken),
+-- and the head takes it at its next call
+SELECT session_id AS sid, transition_at AS sid_end FROM simba_session_open('1h', '0s') \gset
+SELECT owner_id, fence, position, transition_at = :'sid_end' AS session_end
+  FROM simba_fair_acquire('sf', 'h', '50ms', '0s', :'sid');
+SELECT owner_id, position FROM simba_fair_acquire('sf', 'a', '50ms', '0s', :'sid');
+SELECT owner_id, position FROM simba_fair_acquire('sf', 'b', '1h', '0s', :'sid');
+SELECT owner_id, transition_at < :'sid_end' AS own_lease FROM simba_mutex_queue WHERE mutex = 'sf' ORDER BY enqueued_at;
+SELECT pg_sleep(greatest(0, extract(epoch FROM (SELECT transition_at FROM simba_mutex_queue WHERE mutex = 'sf' AND owner_id = 'a')
+                                     - (simba_clock()).now)) + 0.05) AS past_its_entry;
+SELECT owner_id, fence, position FROM simba_fair_acquire('sf', 'b', '1h', '0s', :'sid');
+SELECT owner_id, fence, position FROM simba_fair_acquire('sf', 'h', session_id => :'sid');
+SELECT state, mutexes FROM simba_session_status WHERE session_id = :'sid';
+SELECT simba_session_close(:'sid') AS released;
+SELECT owner_id, fence, position FROM simba_fair_acquire('sf', 'b', '1h', '0s');
+SELECT simba_fair_release('sf', 'b') AS released;
+SELECT count(*) AS entries FROM simba_mutex_queue WHERE mutex = 'sf';
+
 -- another role with the same contender id is another contender, with another channel
 CREATE ROLE regress_simba_fair;
 SELECT simba_grant('regress_simba_fair');
@@ -83,6 +104,14 @@ SELECT simba_fair_release(NULL, 'k');
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_fair_release('keep', '');
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_fair_acquire('keep', 'w', session_id => 'not-a-session');
+\echo :LAST_ERROR_SQLSTATE
+-- a session never opened, or closed (its message names it)
+\set VERBOSITY sqlstate
+SELECT simba_fair_acquire('keep', 'w', session_id => gen_random_uuid());
+SELECT simba_fair_acquire('new', 'w', session_id => :'sid');
+\set VERBOSITY default
+SELECT count(*) AS rows_for_new FROM simba_mutex WHERE mutex = 'new';
 SELECT count(*) AS changed_rows FROM (TABLE before EXCEPT ALL TABLE simba_mutex_queue) d;
 SELECT simba_fair_release('keep', 'w'), simba_fair_release('keep', 'k');
 

@@ -66,6 +66,26 @@ SELECT simba_release_all('{r1,r2}', 'shared') AS released_by_other_role;
 RESET ROLE;
 SELECT simba_release_all('{r1,r2}', 'shared') AS released_by_holder;
 
+-- under a session (session.sql has it end with the session): every member
+-- shows the session's times; a renewal under it keeps their fences; a
+-- refused call changes nothing, under a session too; close releases them all
+SELECT session_id AS sid, transition_at AS sid_end FROM simba_session_open('1h', '0s') \gset
+SELECT mutex, owner_id, fence, transition_at = :'sid_end' AS session_end
+  FROM simba_acquire_all('{s1,s2}', 'me', '1s', '0s', :'sid');
+SELECT mutex, owner_id, fence, transition_at = :'sid_end' AS session_end
+  FROM simba_acquire_all('{s2,s1}', 'me', session_id => :'sid');
+SELECT session_id AS sid_you FROM simba_session_open('1h', '0s') \gset
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{s0,s1}', 'you', session_id => :'sid_you');
+SELECT s.session_id = :'sid' AS mine, s.mutexes FROM simba_session_status s
+ WHERE s.session_id IN (:'sid', :'sid_you') ORDER BY 1;
+SELECT count(*) AS rows_for_s0 FROM simba_mutex WHERE mutex = 's0';
+-- a call without the session moves a member off it (same fence), as simba_acquire
+SELECT mutex, fence FROM simba_acquire_all('{s2}', 'me', '1h', '0s');
+SELECT mutex, session_id IS NOT NULL AS under_session FROM simba_mutex_status WHERE mutex IN ('s1', 's2') ORDER BY mutex;
+SELECT simba_session_close(:'sid') AS released, simba_session_close(:'sid_you') AS released_you;
+SELECT mutex, owner_id FROM simba_mutex_status WHERE mutex IN ('s1', 's2') ORDER BY mutex;
+SELECT simba_release_all('{s2}', 'me') AS released_s2;
+
 -- bad input: a clear error, nothing changed
 SELECT simba_acquire_all('{keep}', 'me', '1h', '1h') IS NOT NULL AS setup;
 CREATE TEMP TABLE before AS SELECT * FROM simba_mutex;
@@ -97,7 +117,15 @@ SELECT simba_release_all('{keep,keep}', 'me');
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_release_all('{keep}', '');
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_acquire_all('{keep,new}', 'me', session_id => 'not-a-session');
+\echo :LAST_ERROR_SQLSTATE
+-- a session never opened, or closed (its message names it)
+\set VERBOSITY sqlstate
+SELECT simba_acquire_all('{keep,new}', 'me', session_id => gen_random_uuid());
+SELECT simba_acquire_all('{keep,new}', 'me', session_id => :'sid');
+\set VERBOSITY default
 SELECT count(*) AS changed_rows FROM (TABLE before EXCEPT ALL TABLE simba_mutex) d;
+SELECT count(*) AS rows_for_new FROM simba_mutex WHERE mutex = 'new';
 -- the limit itself is allowed
 SELECT count(*) FROM simba_acquire_all(array(SELECT 'n' || g FROM generate_series(1, 1000) g), 'me');
 SELECT simba_release_all(array(SELECT 'n' || g FROM generate_series(1, 1000) g), 'me');

@@ -87,6 +87,63 @@ SELECT simba_rwlock_fence_check('doc', 'w5', 3);
 SELECT mode, fence FROM simba_rwlock_acquire('doc', 'w5', 'write', '1h', '1h');
 SELECT simba_rwlock_release('doc', 'w5');
 
+-- acquired_at names a hold (clients tell a lost read hold by it, its fence
+-- being the epoch): kept by renewals and by a downgrade, with the writer's
+-- fence; new for a new hold, also for the same contender and for a writer
+-- that waited (not its place in the queue)
+SELECT acquired_at AS r_since FROM simba_rwlock_acquire('ids', 'r', 'read', '1h', '0s') \gset
+SELECT mode, acquired_at = :'r_since' AS same FROM simba_rwlock_acquire('ids', 'r', 'read', '1h', '0s');
+SELECT mode, position, acquired_at AS q_place FROM simba_rwlock_acquire('ids', 'w', 'write', '1h', '0s') \gset
+\echo :mode :position
+SELECT simba_rwlock_release('ids', 'r');
+SELECT mode, fence AS w_fence, acquired_at > :'q_place' AS not_its_place, acquired_at AS w_since
+  FROM simba_rwlock_acquire('ids', 'w', 'write', '1h', '0s') \gset
+\echo :mode :not_its_place
+SELECT mode, fence = :w_fence AS same_fence, acquired_at = :'w_since' AS same
+  FROM simba_rwlock_acquire('ids', 'w', 'write', '1h', '0s');
+SELECT mode, fence = :w_fence AS same_fence, acquired_at = :'w_since' AS same
+  FROM simba_rwlock_acquire('ids', 'w', 'read', '1h', '0s');
+SELECT mode, acquired_at = :'w_since' AS same FROM simba_rwlock_acquire('ids', 'w', 'read', '1h', '0s');
+SELECT simba_rwlock_release('ids', 'w');
+SELECT mode, fence = :w_fence AS same_epoch, acquired_at > :'w_since' AS new_hold
+  FROM simba_rwlock_acquire('ids', 'w', 'read', '1h', '0s');
+SELECT simba_rwlock_release('ids', 'w');
+SELECT mode, fence > :w_fence AS new_fence, acquired_at > :'w_since' AS new_hold
+  FROM simba_rwlock_acquire('ids', 'w', 'write', '1h', '0s');
+SELECT simba_rwlock_release('ids', 'w');
+
+-- under a session (session.sql has it end with the session): a read or
+-- write hold shows the session's times and keeps acquired_at and fence when
+-- renewed under it; a waiting writer's entry keeps its own lease, which
+-- lapses when it stops asking, session or not; a call without the session
+-- moves the hold off it; the session's close releases its holds, counts
+-- them and lets the waiting writer in
+SELECT session_id AS sid, transition_at AS sid_end FROM simba_session_open('1h', '0s') \gset
+SELECT mode, fence, transition_at = :'sid_end' AS session_end, acquired_at AS sr_since
+  FROM simba_rwlock_acquire('sr', 'r', 'read', '50ms', '0s', :'sid') \gset
+\echo :mode :fence :session_end
+SELECT mode, fence, transition_at = :'sid_end' AS session_end, acquired_at AS sw_since
+  FROM simba_rwlock_acquire('sw', 'w', 'write', '50ms', '0s', :'sid') \gset
+\echo :mode :fence :session_end
+SELECT mode, position, transition_at < :'sid_end' AS own_lease, transition_at AS q_end
+  FROM simba_rwlock_acquire('sr', 'q', 'write', '50ms', '0s', :'sid') \gset
+\echo :mode :position :own_lease
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'q_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_its_entry;
+SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status WHERE rwlock IN ('sr', 'sw') ORDER BY rwlock;
+SELECT mode, acquired_at = :'sr_since' AS same, transition_at = :'sid_end' AS session_end
+  FROM simba_rwlock_acquire('sr', 'r', 'read', session_id => :'sid');
+SELECT mode, fence, acquired_at = :'sw_since' AS same, transition_at = :'sid_end' AS session_end
+  FROM simba_rwlock_acquire('sw', 'w', 'write', session_id => :'sid');
+SELECT simba_rwlock_fence_check('sw', 'w', 7);
+SELECT mode, position FROM simba_rwlock_acquire('sr', 'q', 'write', '1h', '0s', :'sid');
+SELECT mode, fence, acquired_at = :'sw_since' AS same, transition_at < :'sid_end' AS own_lease
+  FROM simba_rwlock_acquire('sw', 'w', 'write', '1h', '0s');
+SELECT state, rwlocks FROM simba_session_status WHERE session_id = :'sid';
+SELECT simba_session_close(:'sid') AS released;
+SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status WHERE rwlock IN ('sr', 'sw') ORDER BY rwlock;
+SELECT mode, granted, fence FROM simba_rwlock_acquire('sr', 'q', 'write', '1h', '0s');
+SELECT simba_rwlock_release('sr', 'q'), simba_rwlock_release('sw', 'w');
+
 -- another role with the same contender id is another contender
 CREATE ROLE regress_simba_rw;
 SELECT simba_grant('regress_simba_rw');
@@ -131,6 +188,14 @@ SELECT simba_rwlock_fence_check('keep', 'k', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_rwlock_fence_check('keep', 'k', -1);
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_rwlock_acquire('keep', 'k', 'read', session_id => 'not-a-session');
+\echo :LAST_ERROR_SQLSTATE
+-- a session never opened, or closed (its message names it)
+\set VERBOSITY sqlstate
+SELECT simba_rwlock_acquire('keep', 'k', 'read', session_id => gen_random_uuid());
+SELECT simba_rwlock_acquire('new', 'k', 'write', session_id => :'sid');
+\set VERBOSITY default
+SELECT count(*) AS rows_for_new FROM simba_rwlock WHERE rwlock = 'new';
 SELECT count(*) AS changed_rows FROM (TABLE before EXCEPT ALL TABLE simba_rwlock_holder) d;
 SELECT simba_rwlock_release('keep', 'k');
 

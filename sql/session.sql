@@ -1,4 +1,5 @@
--- sessions: tenures and permits under a session live exactly as long as the
+-- sessions: tenures (of simba_acquire, simba_acquire_all, simba_fair_acquire),
+-- permits and read-write holds under a session live exactly as long as the
 -- session; a keepalive renews them all; close releases them all; a session
 -- belongs to the role that opened it
 SET client_min_messages = warning;
@@ -26,22 +27,45 @@ SELECT owner_id, fence FROM simba_acquire('m2', 'a', session_id => :'sid');
 SELECT token AS ptoken, fence AS pfence, expires_at = :'sid_end' AS permit_session_end
   FROM simba_semaphore_acquire('k', 'a', 1, '1ms', session_id => :'sid') \gset
 \echo permit_session_end :permit_session_end
+-- so do a multi-lock's members, a fair tenure, and read and write holds
+SELECT mutex, owner_id, fence, transition_at = :'sid_end' AS session_end
+  FROM simba_acquire_all('{n1,n2}', 'a', '1ms', '0s', :'sid');
+SELECT owner_id, fence, position, transition_at = :'sid_end' AS session_end
+  FROM simba_fair_acquire('nf', 'a', '1ms', '0s', :'sid');
+SELECT mode, granted, fence, transition_at = :'sid_end' AS session_end
+  FROM simba_rwlock_acquire('nr', 'a', 'read', '1ms', '0s', :'sid');
+SELECT mode AS nw_mode, fence AS nw_fence, transition_at = :'sid_end' AS nw_session_end, acquired_at AS nw_since
+  FROM simba_rwlock_acquire('nw', 'a', 'write', '1ms', '0s', :'sid') \gset
+\echo nw :nw_mode :nw_fence :nw_session_end
+SELECT mode, granted, fence FROM simba_rwlock_acquire('nd', 'a', 'write', '1ms', '0s', :'sid');
 SELECT pg_sleep(0.05);
 SELECT mutex, owner_id, state, session_id = :'sid' AS under_session FROM simba_mutex_status ORDER BY mutex;
 SELECT key, slot, session_id = :'sid' AS under_session FROM simba_semaphore_status;
-SELECT state, mutexes, permits FROM simba_session_status WHERE session_id = :'sid';
+SELECT rwlock, mode, holders FROM simba_rwlock_status ORDER BY rwlock;
+SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
 -- the holder renews (same fence) and others wait, as without a session
 SELECT owner_id, fence FROM simba_acquire('m', 'a', session_id => :'sid');
 SELECT owner_id, fence FROM simba_acquire('m', 'b');
 SELECT simba_semaphore_acquire('k', 'b', 1) IS NULL AS permit_held;
 SELECT simba_fence_check('m', 'a', 1);
 SELECT simba_semaphore_fence_check('k', :'ptoken', :pfence);
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{n1,n2}', 'a', session_id => :'sid');
+SELECT mutex, owner_id FROM simba_acquire_all('{n2,n3}', 'b');
+SELECT owner_id, position FROM simba_fair_acquire('nf', 'b', '1h', '0s');
+SELECT mode, fence, acquired_at = :'nw_since' AS same_hold, transition_at = :'sid_end' AS session_end
+  FROM simba_rwlock_acquire('nw', 'a', 'write', session_id => :'sid');
+SELECT mode, granted FROM simba_rwlock_acquire('nw', 'b', 'read');
+SELECT mode, position FROM simba_rwlock_acquire('nr', 'b', 'write', '1h', '0s');
+SELECT simba_rwlock_fence_check('nw', 'a', 1);
 -- simba_renew and simba_semaphore_refresh leave a session's lease alone
 SELECT owner_id, fence, transition_at = :'sid_end' AS session_end FROM simba_renew('m', 'a', 1, '1h', '0s');
 SELECT simba_semaphore_refresh('k', :'ptoken', '1h') AS refreshed;
 SELECT expires_at = :'sid_end' AS session_end FROM simba_semaphore_status WHERE key = 'k';
 
--- keepalive: one statement renews everything held under the session
+-- keepalive: one statement renews everything held under the session; it
+-- comes 1.5 s into the lease, so its end is well after the first one
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - '6.5s'::interval - (simba_clock()).now)))
+    AS into_the_lease;
 SELECT transition_at AS sid_end2, transition_at - current_at AS left FROM simba_session_keepalive(:'sid') \gset
 SELECT :'left'::interval = '8s' AS full_lease;
 SELECT count(*) AS renewed FROM simba_mutex_status WHERE session_id = :'sid' AND transition_at = :'sid_end2';
@@ -56,40 +80,77 @@ SELECT simba_session_close(:'sid') AS b_closed;
 \set VERBOSITY sqlstate
 SELECT simba_acquire('m3', 'b', session_id => :'sid');
 SELECT simba_semaphore_acquire('k3', 'b', 1, session_id => :'sid');
+SELECT simba_acquire_all('{m3}', 'b', session_id => :'sid');
+SELECT simba_fair_acquire('m3', 'b', session_id => :'sid');
+SELECT simba_rwlock_acquire('r3', 'b', 'read', session_id => :'sid');
 \set VERBOSITY terse
 RESET ROLE;
 SELECT count(*) AS m3_rows FROM simba_mutex WHERE mutex = 'm3';
 SELECT count(*) AS k3_rows FROM simba_semaphore WHERE key = 'k3';
+SELECT count(*) AS r3_rows FROM simba_rwlock WHERE rwlock = 'r3';
+
+-- past the session's first end: the keepalive alone keeps it all, though
+-- no call of their own renewed them
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_first_end;
+SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
+SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex LIKE 'n%' ORDER BY mutex;
+SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status ORDER BY rwlock;
 
 -- the session ends (no keepalive): everything under it ends with it
 SELECT pg_sleep(extract(epoch FROM transition_at - (simba_clock()).now) + 0.05) AS past_end
   FROM simba_session_status WHERE session_id = :'sid';
-SELECT state, mutexes, permits FROM simba_session_status WHERE session_id = :'sid';
+SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
 SELECT mutex, owner_id, state FROM simba_mutex_status ORDER BY mutex;
 SELECT count(*) AS live_permits FROM simba_semaphore_status;
+SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status ORDER BY rwlock;
+CREATE TEMP TABLE held AS SELECT * FROM simba_rwlock_holder;
 SET ROLE regress_simba_sa;
 SELECT simba_fence_check('m', 'a', 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_semaphore_fence_check('k', :'ptoken', :pfence);
 \echo :LAST_ERROR_SQLSTATE
--- a keepalive, an acquire under it, a renewal: none brings anything back
+SELECT simba_rwlock_fence_check('nw', 'a', 1);
+\echo :LAST_ERROR_SQLSTATE
+-- a keepalive, an acquire under it, a renewal: none brings anything back,
+-- and an acquire under it changes nothing
 \set VERBOSITY sqlstate
 SELECT simba_session_keepalive(:'sid');
 SELECT simba_acquire('m', 'a', session_id => :'sid');
+SELECT simba_acquire_all('{n1,n2}', 'a', session_id => :'sid');
+SELECT simba_fair_acquire('nf', 'a', session_id => :'sid');
+SELECT simba_rwlock_acquire('nw', 'a', 'write', session_id => :'sid');
+SELECT simba_rwlock_acquire('nr', 'a', 'read', session_id => :'sid');
 \set VERBOSITY terse
 SELECT owner_id FROM simba_renew('m', 'a', 1);
 SELECT simba_semaphore_refresh('k', :'ptoken', '1h') AS refreshed;
 RESET ROLE;
--- others take over with the next fences
+SELECT count(*) AS changed FROM (TABLE held EXCEPT ALL TABLE simba_rwlock_holder) AS d;
+SELECT count(*) AS queued FROM simba_mutex_queue WHERE owner_id = 'a';
+-- others take over with the next fences: the fair queue's head, the waiting
+-- writer (a new fence), a reader under the dead writer's epoch
 SELECT owner_id, fence FROM simba_acquire('m', 'b', '1h', '0s');
 SELECT slot, fence > :pfence AS newer FROM simba_semaphore_acquire('k', 'b', 1, '1h');
+SET ROLE regress_simba_sa;
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{n2,n3}', 'b', '1h', '0s');
+SELECT owner_id, fence, position FROM simba_fair_acquire('nf', 'b', '1h', '0s');
+SELECT mode, granted, fence FROM simba_rwlock_acquire('nr', 'b', 'write', '1h', '0s');
+SELECT mode, granted, fence FROM simba_rwlock_acquire('nw', 'b', 'read', '1h', '0s');
+RESET ROLE;
 
 -- collection: the ended session's row goes; what it held still is over
 SELECT simba_session_gc() AS collected;
 SELECT count(*) AS sessions FROM simba_session_lease WHERE session_id = :'sid';
 SELECT count(*) AS referring FROM simba_mutex WHERE session_id = :'sid';
+SELECT count(*) AS referring_holds FROM simba_rwlock_holder WHERE session_id = :'sid';
 SELECT mutex, owner_id, state FROM simba_mutex_status ORDER BY mutex;
 SELECT simba_session_gc() AS collected_again;
+-- the write hold nobody took over is an ordinary lease that ended with it:
+-- still refused as ended (SB003), not as someone else's
+SELECT mode, transition_at = :'sid_end2' AS ended_with_it FROM simba_rwlock_holder WHERE rwlock = 'nd';
+SET ROLE regress_simba_sa;
+SELECT simba_rwlock_fence_check('nd', 'a', 2);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
 
 -- close: releases everything held under a live session, in one statement
 SET ROLE regress_simba_sa;
@@ -102,7 +163,19 @@ SELECT owner_id FROM simba_acquire('c3', 'a', session_id => :'sid2');
 SELECT simba_release('c3', 'a') AS released_one;
 SELECT token AS ck2_token FROM simba_semaphore_acquire('ck2', 'a', 1, session_id => :'sid2') \gset
 SELECT simba_semaphore_release('ck2', :'ck2_token') AS released_permit;
-SELECT state, mutexes, permits FROM simba_session_status WHERE session_id = :'sid2';
+SELECT mode FROM simba_rwlock_acquire('cr2', 'a', 'read', session_id => :'sid2');
+SELECT simba_rwlock_release('cr2', 'a') AS released_hold;
+-- and the newer primitives: two members of a multi-lock, a fair tenure, a
+-- read hold a writer waits for, a write hold
+SELECT mutex, owner_id FROM simba_acquire_all('{c4,c5}', 'a', session_id => :'sid2');
+SELECT owner_id, position FROM simba_fair_acquire('cf', 'a', session_id => :'sid2');
+SELECT mode FROM simba_rwlock_acquire('cr', 'a', 'read', session_id => :'sid2');
+SELECT mode FROM simba_rwlock_acquire('cw', 'a', 'write', session_id => :'sid2');
+RESET ROLE;
+SELECT mode, position FROM simba_rwlock_acquire('cr', 'b', 'write', '1h', '0s');
+SELECT owner_id, position FROM simba_fair_acquire('cf', 'b', '1h', '0s');
+SET ROLE regress_simba_sa;
+SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid2';
 -- collecting free rows leaves a live session's alone
 RESET ROLE;
 SELECT simba_mutex_gc() >= 0 AS mutex_gc, simba_semaphore_gc() >= 0 AS semaphore_gc;
@@ -119,6 +192,10 @@ SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex LIKE 'c%' ORDE
 SELECT count(*) AS ck2_permits FROM simba_semaphore_status WHERE key = 'ck2';
 SELECT count(*) AS ck_permits FROM simba_semaphore_status WHERE key = 'ck';
 SELECT count(*) AS sessions FROM simba_session_lease WHERE session_id = :'sid2';
+SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status WHERE rwlock LIKE 'c%' ORDER BY rwlock;
+-- whoever waited takes them at its next call (a NOTIFY told it: session_rwlock.spec, fair_race.spec)
+SELECT mode, granted, fence FROM simba_rwlock_acquire('cr', 'b', 'write', '1h', '0s');
+SELECT owner_id, fence, position FROM simba_fair_acquire('cf', 'b', '1h', '0s');
 -- a session's tenures are in the history like any other: closing is a release
 SELECT event, mutex, owner_id, fence FROM simba_mutex_history WHERE mutex IN ('m', 'c1') ORDER BY id;
 
