@@ -71,10 +71,11 @@ SQL
 # a rolled-back fence: issued, never committed, must not come back either
 q -d $src -c "BEGIN" -c "SET ROLE $app" -c "SELECT fence FROM simba_acquire('rolled-back', 'w1')" -c "ROLLBACK" >/dev/null
 token=$(q -d $src -c "SET ROLE $app" -c "SELECT token FROM simba_semaphore_acquire('pool', 'w1', 5, '1h')")
-# a session of the granted role holding a mutex and a permit
+# a session of the granted role holding a mutex, a permit and a read hold
 session=$(q -d $src -c "SET ROLE $app" -c "SELECT session_id FROM simba_session_open('1h', '0s')")
 q -d $src -c "SET ROLE $app" -c "SELECT owner_id FROM simba_acquire('in-session', 'w1', session_id => '$session')" \
-  -c "SELECT slot FROM simba_semaphore_acquire('session-pool', 'w1', 1, session_id => '$session')" >/dev/null
+  -c "SELECT slot FROM simba_semaphore_acquire('session-pool', 'w1', 1, session_id => '$session')" \
+  -c "SELECT mode FROM simba_rwlock_acquire('rw-session', 'w1', 'read', session_id => '$session')" >/dev/null
 
 describe() { # db -> the state that must survive, one line per row
   q -d "$1" <<'SQL'
@@ -88,7 +89,8 @@ SELECT 'permit', key, slot, holder, coalesce(holder_role::text, '-'), token, fen
 SELECT 'session', session_id, owner_role, ttl_at, transition_at, ttl, transition FROM simba_session_lease ORDER BY 2;
 SELECT 'under-session', mutex, session_id FROM simba_mutex WHERE session_id IS NOT NULL ORDER BY mutex;
 SELECT 'rwlock', rwlock, write_fence, version FROM simba_rwlock ORDER BY rwlock;
-SELECT 'rwlock-holder', rwlock, owner_id, owner_role, mode, fence, acquired_at, transition_at
+SELECT 'rwlock-holder', rwlock, owner_id, owner_role, mode, fence, acquired_at, transition_at,
+       coalesce(session_id::text, '-')
   FROM simba_rwlock_holder ORDER BY rwlock, owner_id;
 SQL
 }
@@ -132,6 +134,9 @@ verify() { # label db
        -c "SELECT simba_session_keepalive('$session')" 2>&1 | sed 's/.*ERROR: *//')"
   check "$label: its role keeps the restored session alive" "t" \
     "$(q -d "$db" -c "SET ROLE $app" -c "SELECT transition_at > current_at FROM simba_session_keepalive('$session')")"
+  check "$label: the session's read hold is still held under it: another role's writer waits" "{w1} waiting" \
+    "$(q -d "$db" -c "SELECT holders FROM simba_rwlock_status WHERE rwlock = 'rw-session'" | tr '\n' ' ';
+       q -d "$db" -c "SET ROLE $other" -c "SELECT mode FROM simba_rwlock_acquire('rw-session', 'w2', 'write', '1h', '0s')")"
   check "$label: the read-write lock's readers renew under the same epoch, the writer still waits" "1 1 waiting" \
     "$(q -d "$db" -F ' ' -c "SET ROLE $app" -c "SELECT (simba_rwlock_acquire('rw', 'w1', 'read', '1h', '1h')).fence,
         (simba_rwlock_acquire('rw', 'w2', 'read', '1h', '1h')).fence, (simba_rwlock_acquire('rw', 'w3', 'write', '1h', '1h')).mode")"
