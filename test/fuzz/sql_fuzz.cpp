@@ -8,7 +8,10 @@
 // and permit tokens, in autocommit or in explicit transactions (READ
 // COMMITTED, REPEATABLE READ or SERIALIZABLE, with savepoints rolled back
 // or released, committed or rolled back), interleaved statement by
-// statement. Every call must either succeed or fail with a documented
+// statement. Acquires pass, now and then, a simba session: the caller's own
+// (opened, kept alive and closed by calls of their own, with hostile
+// leases), another role's, an unknown or a malformed one. Every call must
+// either succeed or fail with a documented
 // SQLSTATE; the connections must never break (a crashed backend breaks
 // them). Checked as it goes and on the rows left behind:
 //  - a tenure (mutex, fence) belongs to one holder (id and role): no role
@@ -51,6 +54,7 @@ const std::set<std::string> documented = {
     "2202E", "54000",           // a multi-lock's names: more than one dimension, over 1,000
     "22P02",                    // a malformed array literal
     "SB001", "SB002", "SB003",  // fence checks
+    "SB004",                    // a session that has ended, is unknown or is another role's
     "SB005",                    // a reader of a read-write lock asked to write
     "55P03",                    // lock_timeout: another session's open transaction holds the row
 };
@@ -161,11 +165,14 @@ Arg token(const std::vector<std::string>& known) {
     }
 }
 
-// The live holders of read-write lock $1 when a writer is beside another holder (one row), else none.
+// The live holders of read-write lock $1 when a writer is beside another holder (one row), else none. A
+// hold under a session lives while the session does.
 const char* const kRwOverlapSql =
-    "SELECT string_agg(mode || ' ' || owner_id, ', ') FROM simba_rwlock_holder "
-    "WHERE rwlock = $1 AND mode <> 'waiting' AND transition_at > clock_timestamp() "
-    "HAVING count(*) FILTER (WHERE mode = 'write') > 1 OR (count(*) FILTER (WHERE mode = 'write') = 1 AND count(*) > 1)";
+    "SELECT string_agg(h.mode || ' ' || h.owner_id, ', ') FROM simba_rwlock_holder h "
+    "LEFT JOIN simba_session_lease s ON s.session_id = h.session_id "
+    "WHERE h.rwlock = $1 AND h.mode <> 'waiting' AND coalesce(s.transition_at, h.transition_at) > clock_timestamp() "
+    "HAVING count(*) FILTER (WHERE h.mode = 'write') > 1 "
+    "OR (count(*) FILTER (WHERE h.mode = 'write') = 1 AND count(*) > 1)";
 
 struct Call {
     std::string sql;
@@ -173,7 +180,7 @@ struct Call {
 };
 
 struct Stats {
-    long ok = 0, documented_errors = 0, violations = 0;
+    long ok = 0, documented_errors = 0, violations = 0, under_session = 0;
 };
 
 void violation(Stats& stats, const std::string& what) {
@@ -221,6 +228,7 @@ struct Session {
     std::vector<Tenure> new_in_txn, new_in_savepoint;  // tenures this session began, not yet committed
     std::map<std::string, long long> pending_fence;    // mutex -> fence seen inside the transaction
     std::map<std::string, long long> savepoint_fence;  // the same, since the savepoint (gone if it rolls back)
+    std::string sid;                                   // the simba session it opened last (maybe ended since)
 };
 
 struct Checker {
@@ -230,6 +238,7 @@ struct Checker {
     std::map<std::string, long long> last_fence;    // mutex -> highest committed fence seen
     std::map<std::string, std::string> token_role;  // permit token -> role that took it
     std::vector<std::string> tokens;
+    std::vector<std::string> sids;                  // every simba session opened, by any role
 
     // A row simba_acquire returned (mutex, owner_id, fence, owner_role) to `s`.
     void saw_owner(Session& s, const std::string& mutex, const std::string& owner, long long fence,
@@ -266,6 +275,17 @@ struct Checker {
         s.savepoint_fence.clear();
     }
 };
+
+// The session_id of an acquire: mostly none, else the caller's own, any
+// role's, or one never opened or malformed.
+Arg session_id(const Session& s, const std::vector<std::string>& sids) {
+    switch (pick(10)) {
+        case 0: case 1: case 2: return s.sid;
+        case 3: if (!sids.empty()) return sids[pick(static_cast<int>(sids.size()))]; return s.sid;
+        case 4: return token({});
+        default: return std::nullopt;
+    }
+}
 
 bool command(Session& s, const std::string& sql) {
     PGresult* r = PQexec(s.conn, sql.c_str());
@@ -338,6 +358,13 @@ int main(int argc, char** argv) {
     }
 
     Checker c;
+    for (auto& s : sessions) {  // a simba session each, to begin with
+        PGresult* r = PQexec(s.conn, "SELECT session_id FROM simba_session_open('5s', '5s')");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) return 2;
+        s.sid = PQgetvalue(r, 0, 0);
+        c.sids.push_back(s.sid);
+        PQclear(r);
+    }
     Stats& stats = c.stats;
     std::map<std::string, long> by_state;
     static const char* const levels[] = {"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"};
@@ -351,11 +378,13 @@ int main(int argc, char** argv) {
         if (s.in_txn && !s.in_savepoint && pick(4) == 0) s.in_savepoint = command(s, "SAVEPOINT sp");
 
         Call call;
-        int kind = pick(16);
+        const Arg sess = session_id(s, c.sids);
+        int kind = pick(19);
         switch (kind) {
             case 0: case 1:
-                call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval)",
-                        {name(), contender(), interval(), interval()}};
+                call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire($1, $2, $3::interval, $4::interval, "
+                        "$5::uuid)",
+                        {name(), contender(), interval(), interval(), sess}};
                 break;
             case 2: call = {"SELECT simba_release($1, $2)", {name(), contender()}}; break;
             case 3: call = {"SELECT owner_id FROM simba_owner($1)", {name()}}; break;
@@ -363,8 +392,8 @@ int main(int argc, char** argv) {
                 call = {"SELECT simba_fence_check($1, $2, $3::bigint)", {name(), contender(), integer(true)}};
                 break;
             case 5:
-                call = {"SELECT token FROM simba_semaphore_acquire($1, $2, $3::integer, $4::interval, $5)",
-                        {name(), contender(), integer(false), interval(), pick(3) ? Arg{} : name()}};
+                call = {"SELECT token FROM simba_semaphore_acquire($1, $2, $3::integer, $4::interval, $5, $6::uuid)",
+                        {name(), contender(), integer(false), interval(), pick(3) ? Arg{} : name(), sess}};
                 break;
             case 6:
                 call = {"SELECT simba_semaphore_refresh($1, $2::uuid, $3::interval)",
@@ -377,21 +406,29 @@ int main(int argc, char** argv) {
                 break;
             case 9:
                 call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_acquire_all($1::text[], $2, $3::interval, "
-                        "$4::interval)",
-                        {names(), contender(), interval(), interval()}};
+                        "$4::interval, $5::uuid)",
+                        {names(), contender(), interval(), interval(), sess}};
                 break;
             case 10: call = {"SELECT simba_release_all($1::text[], $2)", {names(), contender()}}; break;
             case 11:
-                call = {"SELECT mode, granted, fence FROM simba_rwlock_acquire($1, $2, $3, $4::interval, $5::interval)",
-                        {name(), contender(), rw_mode(), interval(), interval()}};
+                call = {"SELECT mode, granted, fence FROM simba_rwlock_acquire($1, $2, $3, $4::interval, $5::interval, "
+                        "$6::uuid)",
+                        {name(), contender(), rw_mode(), interval(), interval(), sess}};
                 break;
             case 12: call = {"SELECT simba_rwlock_release($1, $2)", {name(), contender()}}; break;
             case 14:
                 call = {"SELECT mutex, owner_id, fence, owner_role FROM simba_fair_acquire($1, $2, $3::interval, "
-                        "$4::interval)",
-                        {name(), contender(), interval(), interval()}};
+                        "$4::interval, $5::uuid)",
+                        {name(), contender(), interval(), interval(), sess}};
                 break;
             case 15: call = {"SELECT simba_fair_release($1, $2)", {name(), contender()}}; break;
+            case 16:
+                call = {"SELECT revoked FROM simba_session_keepalive($1::uuid)", {sess}};
+                break;
+            case 17: call = {"SELECT simba_session_close($1::uuid)", {sess}}; break;
+            case 18:
+                call = {"SELECT session_id FROM simba_session_open($1::interval, $2::interval)", {interval(), interval()}};
+                break;
             default:
                 call = {"SELECT simba_rwlock_fence_check($1, $2, $3::bigint)", {name(), contender(), integer(true)}};
         }
@@ -400,6 +437,7 @@ int main(int argc, char** argv) {
         if (st == PGRES_TUPLES_OK) {
             ++stats.ok;
             ++by_state["ok"];
+            if ((kind <= 1 || kind == 5 || kind == 9 || kind == 11 || kind == 14) && sess) ++stats.under_session;
             const bool row = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
             if ((kind <= 1 || kind == 14) && row && !PQgetisnull(r, 0, 1))
                 c.saw_owner(s, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), std::atoll(PQgetvalue(r, 0, 2)),
@@ -438,6 +476,10 @@ int main(int argc, char** argv) {
                     violation(stats, std::string("rwlock holders overlap: ") + PQgetvalue(o, 0, 0));
                 PQclear(o);
             }
+            if (kind == 18 && row) {  // the caller's session from now on (unknown if its transaction rolls back)
+                s.sid = PQgetvalue(r, 0, 0);
+                c.sids.push_back(s.sid);
+            }
             if (kind == 5 && row) {
                 c.tokens.push_back(PQgetvalue(r, 0, 0));
                 c.token_role[PQgetvalue(r, 0, 0)] = s.role;
@@ -455,6 +497,14 @@ int main(int argc, char** argv) {
             ++by_state[state];
             if (documented.count(state) || (s.in_txn && documented_in_transaction.count(state))) {
                 ++stats.documented_errors;
+                if (state == "SB004" && sess == s.sid && !s.in_txn) {  // its own session ended: a new one
+                    PGresult* o = PQexec(s.conn, "SELECT session_id FROM simba_session_open('5s', '5s')");
+                    if (PQresultStatus(o) == PGRES_TUPLES_OK) {
+                        s.sid = PQgetvalue(o, 0, 0);
+                        c.sids.push_back(s.sid);
+                    }
+                    PQclear(o);
+                }
             } else {
                 violation(stats, "undocumented SQLSTATE " + state + " for " + call.sql + ": " +
                                      PQresultErrorMessage(r));
@@ -497,7 +547,8 @@ int main(int argc, char** argv) {
                "OR (owner_id IS NULL) <> (transition_at IS NULL) "
                "OR (owner_id IS NULL) <> (ttl_at IS NULL) "
                "OR (owner_id IS NULL) <> (owner_role IS NULL) "
-               "OR NOT (acquired_at < ttl_at AND ttl_at <= transition_at) "
+               "OR NOT (CASE WHEN session_id IS NULL THEN acquired_at < ttl_at ELSE acquired_at <= transition_at END "
+               "        AND ttl_at <= transition_at) "
                "OR mutex = '' OR char_length(mutex) > 256 OR owner_id = '' OR char_length(owner_id) > 256");
     check_rows(conn, stats, "permit row",
                "SELECT key || '/' || slot FROM simba_semaphore_permit "
@@ -546,8 +597,10 @@ int main(int argc, char** argv) {
 
     std::printf("sql_fuzz: answers by SQLSTATE:");
     for (const auto& [state, n] : by_state) std::printf(" %s=%ld", state.c_str(), n);
-    std::printf("\nsql_fuzz: %ld successful calls, %ld documented errors, %zu tenures, %zu rolled back, %zu permits\n",
-                stats.ok, stats.documented_errors, c.holder_of.size(), c.dead.size(), c.tokens.size());
+    std::printf("\nsql_fuzz: %ld successful calls (%ld acquires under a session), %ld documented errors, %zu tenures, "
+                "%zu rolled back, %zu permits\n",
+                stats.ok, stats.under_session, stats.documented_errors, c.holder_of.size(), c.dead.size(),
+                c.tokens.size());
     const long checked = stats.ok + stats.documented_errors;
     std::printf("sql_fuzz: %ld passed, %ld failed\n", checked, stats.violations);
     for (auto& s : sessions) PQfinish(s.conn);
