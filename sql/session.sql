@@ -95,6 +95,10 @@ SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - (simba_
 SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
 SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex LIKE 'n%' ORDER BY mutex;
 SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status ORDER BY rwlock;
+-- and so does the drop guard: 5 tenures and 3 read-write holds, and the permit
+SET simba.drop_live_leases = off;
+DROP EXTENSION simba;
+SET simba.drop_live_leases = on;
 
 -- the session ends (no keepalive): everything under it ends with it
 SELECT pg_sleep(extract(epoch FROM transition_at - (simba_clock()).now) + 0.05) AS past_end
