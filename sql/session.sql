@@ -99,6 +99,11 @@ SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status ORDER BY 
 SET simba.drop_live_leases = off;
 DROP EXTENSION simba;
 SET simba.drop_live_leases = on;
+-- a fence check passes and a release releases, by the session's times
+SET ROLE regress_simba_sa;
+SELECT simba_rwlock_fence_check('nw', 'a', 1);
+SELECT simba_rwlock_release('nr', 'a') AS released;
+RESET ROLE;
 
 -- the session ends (no keepalive): everything under it ends with it
 SELECT pg_sleep(extract(epoch FROM transition_at - (simba_clock()).now) + 0.05) AS past_end
