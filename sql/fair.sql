@@ -59,7 +59,7 @@ SELECT simba_fair_release('f', 'g');
 SELECT session_id AS sid, transition_at AS sid_end FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id, fence, position, transition_at = :'sid_end' AS session_end
   FROM simba_fair_acquire('sf', 'h', '50ms', '0s', :'sid');
-SELECT owner_id, position FROM simba_fair_acquire('sf', 'a', '50ms', '0s', :'sid');
+SELECT owner_id, position FROM simba_fair_acquire('sf', 'a', '1s', '0s', :'sid');
 SELECT owner_id, position FROM simba_fair_acquire('sf', 'b', '1h', '0s', :'sid');
 SELECT owner_id, transition_at < :'sid_end' AS own_lease FROM simba_mutex_queue WHERE mutex = 'sf' ORDER BY enqueued_at;
 SELECT pg_sleep(greatest(0, extract(epoch FROM (SELECT transition_at FROM simba_mutex_queue WHERE mutex = 'sf' AND owner_id = 'a')

@@ -63,8 +63,8 @@ SELECT simba_semaphore_refresh('k', :'ptoken', '1h') AS refreshed;
 SELECT expires_at = :'sid_end' AS session_end FROM simba_semaphore_status WHERE key = 'k';
 
 -- keepalive: one statement renews everything held under the session; it
--- comes 1.5 s into the lease, so its end is well after the first one
-SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - '6.5s'::interval - (simba_clock()).now)))
+-- comes 3 s into the lease, so its end is well after the first one
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - '5s'::interval - (simba_clock()).now)))
     AS into_the_lease;
 SELECT transition_at AS sid_end2, transition_at - current_at AS left FROM simba_session_keepalive(:'sid') \gset
 SELECT :'left'::interval = '8s' AS full_lease;
@@ -92,8 +92,8 @@ SELECT count(*) AS r3_rows FROM simba_rwlock WHERE rwlock = 'r3';
 -- past the session's first end: the keepalive alone keeps it all, though
 -- no call of their own renewed them
 SELECT pg_sleep(greatest(0, extract(epoch FROM :'sid_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_first_end;
-SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
-SELECT mutex, owner_id, state FROM simba_mutex_status WHERE mutex LIKE 'n%' ORDER BY mutex;
+SELECT state <> 'ended' AS live, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
+SELECT mutex, owner_id, state <> 'free' AS held FROM simba_mutex_status WHERE mutex LIKE 'n%' ORDER BY mutex;
 SELECT rwlock, mode, holders, waiting_writers FROM simba_rwlock_status ORDER BY rwlock;
 -- and so does the drop guard: 5 tenures and 3 read-write holds, and the permit
 SET simba.drop_live_leases = off;
