@@ -48,6 +48,8 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
             stmt_->prepare("simba_renew", kRenewSql);
             stmt_->prepare("simba_release", kReleaseSql);
             stmt_->prepare("simba_acquire_batch", kAcquireBatchSql);
+            stmt_->prepare("simba_fair_acquire", kFairAcquireSql);
+            stmt_->prepare("simba_fair_release", kFairReleaseSql);
         }
         connects_.fetch_add(1);
         {
@@ -217,8 +219,8 @@ bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
     return false;
 }
 
-bool Connections::step_listen(short revents, std::vector<std::string>& payloads) {
-    return listen_.step(SteadyClock::now(), revents, statement_deadline(), options_.listen_ping_interval, payloads);
+bool Connections::step_listen(short revents, ListenConnection::Heard& heard) {
+    return listen_.step(SteadyClock::now(), revents, statement_deadline(), options_.listen_ping_interval, heard);
 }
 
 SteadyClock::time_point Connections::next_wake() const {

@@ -68,8 +68,11 @@ public:
     /// once, for the releases it missed.
     bool after_wake(bool broke, SteadyClock::time_point now);
     /// Without io_m, I/O thread only: advances LISTEN after poll() and
-    /// appends the NOTIFY payloads; false if it failed.
-    bool step_listen(short revents, std::vector<std::string>& payloads);
+    /// appends what it heard; false if it failed.
+    bool step_listen(short revents, ListenConnection::Heard& heard);
+    /// Any thread: LISTEN on a channel besides simba (ListenConnection::want).
+    void want_channel(const std::string& channel, bool on) { listen_.want(channel, on); }
+    [[nodiscard]] bool channels_pending() const { return listen_.channels_pending(); }
     [[nodiscard]] int listen_sock() const { return listen_.sock(); }
     [[nodiscard]] short listen_events() const { return listen_.events(); }
     [[nodiscard]] bool listen_ready_now() const { return listen_.ready(); }

@@ -1,6 +1,7 @@
 #include "contention.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <tuple>
 
 #include "simba/log.hpp"
@@ -25,6 +26,8 @@ void Contention::start(const ServicePtr& svc, bool here) {
     svc->disowned = false;  // stop() released it
     svc->session.clear();
     svc->verify = false;
+    svc->queued = false;
+    if (!svc->wake_channel.empty()) listen_for(svc);
     svc->io_active = true;
     svc->last = MutexOwner::none(svc->mutex);
     registry_.add(svc);
@@ -46,7 +49,12 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         if (options_.sessions) sessions_.leave(svc);
         // Including when a grant's reply was lost: contenders then need not
         // wait a lease out.
-        if (svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now()) owners.push_back(svc);
+        // A fair waiter's place in the queue is withdrawn the same way.
+        if (svc->last.is_owner(svc->id) || svc->unknown || svc->is_owner_now() || svc->queued) owners.push_back(svc);
+        if (!svc->wake_channel.empty()) {
+            channels_.erase(svc->wake_channel);
+            conn_.want_channel(svc->wake_channel, false);
+        }
         // The tenure ends here first: once the release commits, a waiter can
         // be granted the mutex (the NOTIFY wakes it in about a millisecond)
         // while this thread has yet to read the release's reply; a claim
@@ -72,6 +80,7 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         svc->last = MutexOwner::none(svc->mutex);
         svc->unknown = false;
         svc->disowned = false;
+        svc->queued = false;
         svc->session.clear();
     }
     update_statement_timeout();
@@ -93,25 +102,30 @@ std::vector<bool> Contention::release(std::vector<ServicePtr>& owners) {
         const std::vector<ServicePtr> chunk(from, to);
         const auto names = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
         const auto ids = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->id; });
+        const auto fair = array_literal(chunk, [](const ServicePtr& s) { return std::string(s->options.fair ? "t" : "f"); });
         metrics_.count_release_statement(chunk.size());
         auto watch = watchdog_.watch(conn_.stmt().sock());
         pqxx::nontransaction tx(conn_.stmt());
-        for (const auto& r : tx.exec_params(kReleaseBatchSql, names, ids)) released.push_back(r[0].as<bool>());
+        for (const auto& r : tx.exec_params(kReleaseBatchSql, names, ids, fair)) released.push_back(r[0].as<bool>());
         from = to;
     }
     log(LogLevel::debug, "released " + std::to_string(owners.size()) + " mutexes in one stop");
     return released;
 }
 
-/// simba_release by the service's id (throws what the statement throws):
-/// whether a live tenure of that id was released.
+/// simba_release by the service's id (a fair one's simba_fair_release,
+/// which also withdraws its place and wakes the next in the queue; throws
+/// what the statement throws): whether a live tenure of that id was released.
 bool Contention::release(const ServicePtr& svc, const char* what) {
     metrics_.count_release_statement(1);
     auto watch = watchdog_.watch(conn_.stmt().sock());
     pqxx::nontransaction tx(conn_.stmt());
-    const bool released = (options_.pooled ? tx.exec_params1(kReleaseSql, svc->mutex, svc->id)
-                                           : tx.exec_prepared1("simba_release", svc->mutex, svc->id))[0]
-                              .as<bool>();
+    const bool fair = svc->options.fair;
+    const bool released =
+        (options_.pooled ? tx.exec_params1(fair ? kFairReleaseSql : kReleaseSql, svc->mutex, svc->id)
+                         : tx.exec_prepared1(fair ? "simba_fair_release" : "simba_release", svc->mutex, svc->id))[0]
+            .as<bool>();
+    svc->queued = false;
     log(LogLevel::debug, std::string(what) + " of " + svc->mutex + " by " + svc->id + ": " +
                              (released ? "released" : "was not owner"));
     return released;
@@ -214,7 +228,11 @@ void Contention::keepalive(SessionLease& l) {
             s->verify = true;  // an admin took one of the session's tenures: each holder checks its own
             schedule(s, now);
         }
-        for (auto& h : l.holders) h->kept(l.proof.lease);
+        // A copy: a holder may leave the session from here.
+        for (auto& h : std::vector<HolderPtr>(l.holders.begin(), l.holders.end())) {
+            h->kept(l.proof.lease);
+            if (revoked) h->revoked();
+        }
     } catch (const std::exception& e) {
         if (conn_.statement_failed(e, "keepalive of session " + l.proof.id)) return;  // due again on reconnect
         if (sqlstate_of(e) == "SB004") return session_ended(l);
@@ -341,6 +359,45 @@ void Contention::notified(const std::vector<std::string>& names) {
     }
 }
 
+// ------------------------------------------------------------- fair waiters
+
+/// LISTEN on `svc`'s wake channel while it runs: only that waiter hears the
+/// release that makes it the next.
+void Contention::listen_for(const ServicePtr& svc) {
+    channels_[svc->wake_channel] = svc;
+    conn_.want_channel(svc->wake_channel, true);
+}
+
+/// A fair attempt's place and channel (columns 8 and 9 of its row).
+void Contention::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
+    svc->queued = !row[8].is_null();
+    const auto channel = row[9].is_null() ? std::string() : row[9].as<std::string>();
+    if (channel == svc->wake_channel) return;
+    // An identifier the server made ("simba_fair_" and hex digits): LISTEN quotes it as it is.
+    const bool plain = !channel.empty() && channel.size() < 64 &&
+                       std::all_of(channel.begin(), channel.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!plain) return log(LogLevel::warning, "ignoring the fair lock's wake channel \"" + channel + "\"");
+    if (!svc->wake_channel.empty()) {
+        channels_.erase(svc->wake_channel);
+        conn_.want_channel(svc->wake_channel, false);
+    }
+    svc->wake_channel = channel;
+    listen_for(svc);
+}
+
+void Contention::woken(const std::vector<std::string>& channels) {
+    const auto now = SteadyClock::now();
+    for (const auto& c : channels) {
+        auto it = channels_.find(c);
+        if (it == channels_.end()) continue;
+        auto& s = it->second;
+        // Its turn came, or its LISTEN just took effect (a release before
+        // it was not heard): it asks now, NOTIFY's rate limit applies.
+        s->notified_at = now;
+        if (auto at = s->notify.admit(now, s->next_at, options_.notify_min_interval)) schedule(s, *at);
+    }
+}
+
 /// One attempt of `svc`: renewal if it holds the lease, else a try.
 /// Returns whether it renews (counted as an attempt otherwise).
 bool Contention::begin_attempt(const ServicePtr& svc) {
@@ -369,7 +426,14 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
         schedule(svc, now);
         return;
     }
-    schedule(svc, now + svc->period.ensure_next_delay(o, now));
+    auto delay = svc->period.ensure_next_delay(o, now);
+    if (svc->queued) {
+        // A fair waiter keeps its place by asking within its entry's lease;
+        // with someone ahead, a free mutex is theirs (it is woken after).
+        const auto keep = std::chrono::duration_cast<SteadyClock::duration>(svc->options.ttl / 2);
+        delay = o.has_owner() ? std::min(delay, keep) : keep;
+    }
+    schedule(svc, now + delay);
 }
 
 /// A failed attempt on a connection that is still up: retry soon. A failed
@@ -409,14 +473,16 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
         const auto ttl = static_cast<std::int64_t>(svc->options.ttl.count());
         const auto transition = static_cast<std::int64_t>(svc->options.transition.count());
         // Behind a transaction pooler a prepared statement may be on another server connection.
+        const bool fair = svc->options.fair && !next.renew_fence;
+        const char* sql = next.renew_fence ? kRenewSql : fair ? kFairAcquireSql : kAcquireSql;
+        const char* prepared = next.renew_fence ? "simba_renew" : fair ? "simba_fair_acquire" : "simba_acquire";
         const auto row =
             next.renew_fence
-                ? (options_.pooled
-                       ? tx.exec_params1(kRenewSql, svc->mutex, svc->id, next.renew_fence, ttl, transition)
-                       : tx.exec_prepared1("simba_renew", svc->mutex, svc->id, next.renew_fence, ttl, transition))
-                : (options_.pooled
-                       ? tx.exec_params1(kAcquireSql, svc->mutex, svc->id, ttl, transition, session)
-                       : tx.exec_prepared1("simba_acquire", svc->mutex, svc->id, ttl, transition, session));
+                ? (options_.pooled ? tx.exec_params1(sql, svc->mutex, svc->id, next.renew_fence, ttl, transition)
+                                   : tx.exec_prepared1(prepared, svc->mutex, svc->id, next.renew_fence, ttl, transition))
+                : (options_.pooled ? tx.exec_params1(sql, svc->mutex, svc->id, ttl, transition, session)
+                                   : tx.exec_prepared1(prepared, svc->mutex, svc->id, ttl, transition, session));
+        if (fair) fair_reply(svc, row);
         finish_attempt(svc, row, anchor);
     } catch (const std::exception& e) {
         if (conn_.statement_failed(e, "acquire of mutex " + svc->mutex + " by " + svc->id)) {
@@ -449,11 +515,12 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
 void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
     // A service whose last attempt failed goes alone: a persistent error (a
     // trigger, a grant) must not fail every batch it would join.
-    // So does one with a tenure to give back first, and a single tenure's
-    // renewal (simba_renew: the batch statement only acquires).
+    // So does one with a tenure to give back first, a single tenure's
+    // renewal (simba_renew: the batch statement only acquires) and a fair
+    // contender (simba_fair_acquire).
     auto solo = std::stable_partition(batch.begin(), batch.end(), [](const ServicePtr& s) {
         const auto next = s->next();
-        return !s->solo && !s->disowned && !next.finished && next.renew_fence == 0;
+        return !s->solo && !s->disowned && !next.finished && next.renew_fence == 0 && !s->options.fair;
     });
     for (auto it = solo; it != batch.end() && conn_.up(); ++it) attempt(*it);
     batch.erase(solo, batch.end());

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "attempt_queue.hpp"
@@ -43,6 +44,9 @@ public:
     /// Push wake-ups: the services of these mutexes attempt now, or one
     /// notify_min_interval after the last attempt a NOTIFY caused.
     void notified(const std::vector<std::string>& names);
+    /// Fair waiters' channels: a NOTIFY on them, or their LISTEN just took
+    /// effect: each of those services attempts now (rate-limited as a NOTIFY).
+    void woken(const std::vector<std::string>& channels);
     /// Connecting failed with a setup mistake: when_owner() callbacks hear it.
     void setup_failed(const std::exception_ptr& error);
     /// Shutdown: every session is closed, one statement each releasing all
@@ -82,6 +86,8 @@ private:
     void close_session(SessionLease& l, const char* why);
     void suspend(SessionLease& l);
     void end_holders(SessionLease& l, const char* why);
+    void listen_for(const ServicePtr& svc);
+    void fair_reply(const ServicePtr& svc, const pqxx::row& row);
 
     const FactoryOptions& options_;
     Connections& conn_;
@@ -91,6 +97,7 @@ private:
     AttemptQueue queue_;
     ServiceRegistry registry_;
     Sessions sessions_;  // used with options_.sessions
+    std::unordered_map<std::string, ServicePtr> channels_;  // fair waiters by wake channel, while running
 };
 
 }  // namespace simba::pg::detail

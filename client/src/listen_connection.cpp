@@ -33,6 +33,22 @@ void ListenConnection::close() {
     state_ = State::closed;
     in_flight_ = false;
     want_write_ = false;
+    std::lock_guard<std::mutex> lock(want_m_);
+    have_.clear();
+    sending_.clear();
+}
+
+void ListenConnection::want(const std::string& channel, bool on) {
+    std::lock_guard<std::mutex> lock(want_m_);
+    if (on)
+        want_.insert(channel);
+    else
+        want_.erase(channel);
+}
+
+bool ListenConnection::channels_pending() const {
+    std::lock_guard<std::mutex> lock(want_m_);
+    return want_ != have_;
 }
 
 bool ListenConnection::fail(const std::string& what) {
@@ -51,12 +67,23 @@ short ListenConnection::events() const {
 
 SteadyClock::time_point ListenConnection::next_step(SteadyClock::duration ping_interval) const {
     if (state_ == State::closed) return SteadyClock::time_point::max();
-    if (state_ == State::ready && !in_flight_) return last_reply_ + ping_interval;
+    if (state_ == State::ready && !in_flight_) return channels_pending() ? SteadyClock::time_point{} : last_reply_ + ping_interval;
     return deadline_;
 }
 
+/// LISTEN simba, and the wanted channels' LISTEN and UNLISTEN, in one
+/// exchange (a simple query of several statements).
 bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline) {
-    if (!PQsendQuery(conn_, "LISTEN simba")) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
+    std::string sql = "LISTEN simba";
+    {
+        std::lock_guard<std::mutex> lock(want_m_);
+        sending_ = want_;
+        for (auto& c : want_)
+            if (!have_.count(c)) sql += "; LISTEN \"" + c + "\"";
+        for (auto& c : have_)
+            if (!want_.count(c)) sql += "; UNLISTEN \"" + c + "\"";
+    }
+    if (!PQsendQuery(conn_, sql.c_str())) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     const int f = PQflush(conn_);
     if (f < 0) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     want_write_ = f == 1;
@@ -66,7 +93,7 @@ bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::dur
 }
 
 // Reads what arrived: results of the LISTEN in flight, then NOTIFYs.
-bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std::string>& payloads) {
+bool ListenConnection::read_results(SteadyClock::time_point now, Heard& heard) {
     if (want_write_) {
         const int f = PQflush(conn_);
         if (f < 0) return fail(trimmed_message(PQerrorMessage(conn_)));
@@ -79,6 +106,11 @@ bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std
             in_flight_ = false;
             last_reply_ = now;
             state_ = State::ready;
+            std::lock_guard<std::mutex> lock(want_m_);
+            for (auto& c : sending_)
+                if (!have_.count(c)) heard.listening.push_back(c);
+            have_ = std::move(sending_);
+            sending_.clear();
             break;
         }
         const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
@@ -87,7 +119,13 @@ bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std
         if (!ok) return fail("LISTEN failed: " + msg);
     }
     while (PGnotify* n = PQnotifies(conn_)) {
-        if (std::string(n->relname) == "simba") payloads.emplace_back(n->extra);
+        const std::string channel = n->relname;
+        if (channel == "simba") {
+            heard.payloads.emplace_back(n->extra);
+        } else {
+            std::lock_guard<std::mutex> lock(want_m_);
+            if (have_.count(channel) || sending_.count(channel)) heard.channels.push_back(channel);
+        }
         PQfreemem(n);
     }
     if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
@@ -95,7 +133,7 @@ bool ListenConnection::read_results(SteadyClock::time_point now, std::vector<std
 }
 
 bool ListenConnection::step(SteadyClock::time_point now, short revents, SteadyClock::duration reply_deadline,
-                            SteadyClock::duration ping_interval, std::vector<std::string>& payloads) {
+                            SteadyClock::duration ping_interval, Heard& heard) {
     switch (state_) {
     case State::closed:
         return true;
@@ -113,10 +151,11 @@ bool ListenConnection::step(SteadyClock::time_point now, short revents, SteadyCl
         return true;
     case State::listening:
     case State::ready:
-        if (!read_results(now, payloads)) return false;
+        if (!read_results(now, heard)) return false;
         if (in_flight_ && now >= deadline_)
             return fail("the server did not answer LISTEN within " + std::to_string(ms(reply_deadline)) + " ms");
-        if (!in_flight_ && now >= last_reply_ + ping_interval) return send_listen(now, reply_deadline);
+        if (!in_flight_ && (now >= last_reply_ + ping_interval || channels_pending()))
+            return send_listen(now, reply_deadline);
         return true;
     }
     return true;

@@ -10,10 +10,17 @@
 // waiting forever for wake-ups that will not come. The ping is LISTEN simba
 // again: a no-op for the server that keeps pg_stat_activity showing what the
 // connection is for.
+//
+// Besides simba, it listens on the channels asked for with want() (a fair
+// lock's waiter is woken on a channel of its own): each exchange also
+// LISTENs on the wanted channels it does not have yet and UNLISTENs those no
+// longer wanted, and a reconnect LISTENs on all of them again.
 #pragma once
 
 #include <libpq-fe.h>
 
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,12 +41,27 @@ public:
     bool open(const std::string& conninfo, SteadyClock::time_point now, SteadyClock::duration connect_deadline);
     void close();
 
+    /// What a step heard.
+    struct Heard {
+        std::vector<std::string> payloads;   ///< of NOTIFY simba
+        std::vector<std::string> channels;   ///< a NOTIFY on a wanted channel, by channel
+        std::vector<std::string> listening;  ///< wanted channels whose LISTEN just took effect
+        [[nodiscard]] bool empty() const { return payloads.empty() && channels.empty() && listening.empty(); }
+    };
+
     /// Advances on socket readiness (`revents` from poll() for sock()) or
-    /// time: reads NOTIFYs into `payloads`, completes the connect, sends and
-    /// checks pings. Returns false when the connection failed or missed a
-    /// deadline (then closed; see error()).
+    /// time: reads NOTIFYs into `heard`, completes the connect, sends and
+    /// checks pings and the wanted channels. Returns false when the
+    /// connection failed or missed a deadline (then closed; see error()).
     bool step(SteadyClock::time_point now, short revents, SteadyClock::duration reply_deadline,
-              SteadyClock::duration ping_interval, std::vector<std::string>& payloads);
+              SteadyClock::duration ping_interval, Heard& heard);
+
+    /// Any thread: LISTEN on `channel` (an identifier of letters, digits
+    /// and _) from the next exchange on, or (on = false) no longer.
+    void want(const std::string& channel, bool on);
+    /// Any thread: a wanted channel is not listened on yet, or an unwanted
+    /// one still is.
+    [[nodiscard]] bool channels_pending() const;
 
     [[nodiscard]] bool is_open() const { return conn_ != nullptr; }
     /// Connected and listening.
@@ -56,7 +78,7 @@ private:
 
     bool fail(const std::string& what);
     bool send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline);
-    bool read_results(SteadyClock::time_point now, std::vector<std::string>& payloads);
+    bool read_results(SteadyClock::time_point now, Heard& heard);
 
     PGconn* conn_ = nullptr;
     State state_ = State::closed;
@@ -66,6 +88,11 @@ private:
     SteadyClock::time_point deadline_{};       // of the connect or the reply in flight
     SteadyClock::time_point last_reply_{};     // the last exchange that completed
     std::string error_;
+
+    mutable std::mutex want_m_;       // a leaf: guards want_ and have_
+    std::set<std::string> want_;      // channels asked for
+    std::set<std::string> have_;      // listened on by this connection
+    std::set<std::string> sending_;   // what the exchange in flight makes of have_
 };
 
 }  // namespace simba::pg::detail

@@ -1,11 +1,16 @@
-// simba client (internal): how many `NOTIFY simba, name` a factory received
-// for the names someone waits on (the semaphore's acquire()). A name is
-// counted from its first watch() to its last unwatch(); nothing is kept for
-// names nobody watches.
+// simba client (internal): what a factory does with the `NOTIFY simba, name`
+// it hears besides waking its services. NotifyCounts: how many arrived for
+// the names someone waits on (the semaphore's acquire()); a name is counted
+// from its first watch() to its last unwatch(), nothing is kept for names
+// nobody watches. NotifySubscribers: callbacks on the I/O thread for the
+// names of the SharedLockers' and MultiLockers' holds (lock_hold.hpp).
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -59,6 +64,65 @@ private:
     mutable std::mutex m_;
     std::condition_variable cv_;
     std::unordered_map<std::string, Entry> counts_;
+};
+
+/// Its own mutex (a leaf): subscribe() and unsubscribe() come from any
+/// thread; heard() from the I/O thread while it reads the LISTEN
+/// connection, run() from it afterwards, with no lock held while a
+/// callback runs (one may unsubscribe).
+class NotifySubscribers {
+public:
+    std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) {
+        std::lock_guard<std::mutex> lock(m_);
+        const auto id = ++last_;
+        for (auto& n : names) by_name_[n].push_back(id);
+        subs_.emplace(id, Sub{std::move(names), std::move(fn)});
+        return id;
+    }
+    void unsubscribe(std::uint64_t id) {
+        std::lock_guard<std::mutex> lock(m_);
+        auto it = subs_.find(id);
+        if (it == subs_.end()) return;
+        for (auto& n : it->second.names) {
+            auto& ids = by_name_[n];
+            ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+            if (ids.empty()) by_name_.erase(n);
+        }
+        subs_.erase(it);
+    }
+    /// Notes the subscriptions `names` concern; true if there are any.
+    bool heard(const std::vector<std::string>& names) {
+        std::lock_guard<std::mutex> lock(m_);
+        for (auto& n : names) {
+            auto it = by_name_.find(n);
+            if (it != by_name_.end()) due_.insert(due_.end(), it->second.begin(), it->second.end());
+        }
+        return !due_.empty();
+    }
+    /// Runs the callbacks heard() noted, each once.
+    void run() {
+        std::vector<std::function<void()>> fns;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            std::sort(due_.begin(), due_.end());
+            due_.erase(std::unique(due_.begin(), due_.end()), due_.end());
+            for (auto id : due_)
+                if (auto it = subs_.find(id); it != subs_.end()) fns.push_back(it->second.fn);
+            due_.clear();
+        }
+        for (auto& fn : fns) fn();
+    }
+
+private:
+    struct Sub {
+        std::vector<std::string> names;
+        std::function<void()> fn;
+    };
+    std::mutex m_;
+    std::uint64_t last_ = 0;
+    std::map<std::uint64_t, Sub> subs_;
+    std::unordered_map<std::string, std::vector<std::uint64_t>> by_name_;
+    std::vector<std::uint64_t> due_;
 };
 
 }  // namespace simba::pg::detail

@@ -22,7 +22,8 @@
 // callbacks; the Executor's mutex its queues; Core::cmd_m the command
 // queue; the StatementWatchdog's the statement in flight; FactoryMetrics'
 // the services behind the gauges; ServiceRegistry's names_m the NOTIFY
-// filter; Connections' state_m connected(). Lock order: io_m ->
+// filter; NotifySubscribers' the lockers' NOTIFY callbacks (a leaf: no
+// callback runs under it); Connections' state_m connected(). Lock order: io_m ->
 // ServiceCore::m -> Executor, io_m -> StatementWatchdog -> Executor, io_m ->
 // names_m, FactoryMetrics -> ServiceCore::m; the rest are leaves. No thread
 // holds a lock while running a callback. docs/design.md, "Client".
@@ -33,11 +34,12 @@
 
 #include <algorithm>
 #include <deque>
-#include <set>
 #include <functional>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attempt_queue.hpp"
@@ -147,7 +149,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// sleeps past something that is now due earlier (caller holds io_m).
     void wake_if_needed() {
         if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
-        if (!connections.up() || contention.next_due() < poll_until) wake();
+        if (!connections.up() || contention.next_due() < poll_until || connections.channels_pending()) wake();
     }
 
     void run_commands() {
@@ -197,7 +199,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         for (auto& svc : svcs) ServiceEvents::drain_all(*svc);  // only non-empty if the executor has shut down
     }
 
-    // ------------------------------------------- detail::Io (the semaphore)
+    // ------------------------- detail::Io (the semaphore, the lockers' holds)
 
     bool run(std::function<void(pqxx::connection&)> fn, std::function<void(std::exception_ptr)> failed) override {
         return post_io([this, fn = std::move(fn), failed = std::move(failed)] {
@@ -248,18 +250,45 @@ struct ContendServiceFactory::Core final : detail::Io {
         return notify_counts.wait_change(name, seen, until);
     }
     SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
+    SteadyClock::duration retry_delay() const override { return options.retry_delay; }
+    std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) override {
+        return subscribers.subscribe(std::move(names), std::move(fn));
+    }
+    void unsubscribe(std::uint64_t id) override { subscribers.unsubscribe(id); }
+
+    void reserve_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
+        std::lock_guard<std::mutex> lock(ids_m);
+        auto& taken = kind == Names::rwlock ? rwlock_ids : ids;
+        for (auto& n : names)
+            if (taken.count({n, id}))
+                throw IllegalStateError("this factory already has a holder of " +
+                                        std::string(kind == Names::rwlock ? "read-write lock " : "mutex ") + n +
+                                        " with contender id " + id +
+                                        ": contender ids must be unique (one id is one holder to the server)");
+        for (auto& n : names) taken.emplace(n, id);
+    }
+    void release_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
+        std::lock_guard<std::mutex> lock(ids_m);
+        auto& taken = kind == Names::rwlock ? rwlock_ids : ids;
+        for (auto& n : names) taken.erase({n, id});
+    }
 
     // ------------------------------------------------------------ I/O thread
 
     /// Reads what the LISTEN connection brought, without io_m (only the I/O
     /// thread touches it). Leaves in `notified` the names some service of
-    /// ours contends for; returns false if it failed.
+    /// ours contends for, and in `woken` what fair waiters heard on their
+    /// own channels; returns false if it failed.
     bool step_listen(short revents) {
-        notified.clear();
-        if (!connections.step_listen(revents, notified)) return false;
+        ListenConnection::Heard got;
+        const bool ok = connections.step_listen(revents, got);
+        notified = std::move(got.payloads);
         notify_counts.add(notified);  // for the names someone waits on (the semaphore)
+        heard = subscribers.heard(notified) || heard;  // the lockers' holds (run by io_main)
         contention.registry().keep_ours(notified);
-        return true;
+        woken.insert(woken.end(), got.channels.begin(), got.channels.end());
+        woken.insert(woken.end(), got.listening.begin(), got.listening.end());
+        return ok;
     }
 
     void io_main() {
@@ -279,6 +308,9 @@ struct ContendServiceFactory::Core final : detail::Io {
             listen_broke = false;
             if (connections.up() && !notified.empty()) contention.notified(notified);
             notified.clear();
+            if (std::exchange(heard, false)) subscribers.run();
+            if (connections.up() && !woken.empty()) contention.woken(woken);
+            woken.clear();
             run_commands();
             {
                 std::lock_guard<std::mutex> cmd(cmd_m);
@@ -333,14 +365,16 @@ struct ContendServiceFactory::Core final : detail::Io {
             pollfd fds[2] = {{wake_fd, POLLIN, 0}, {connections.listen_sock(), connections.listen_events(), 0}};
             const int n = fds[1].fd >= 0 ? 2 : 1;
             const int rc = ::poll(fds, n, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
-            bool woken = rc <= 0;  // the timeout (or EINTR): look again
+            bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
             if (rc > 0 && (fds[0].revents & POLLIN)) {
                 std::uint64_t v;
                 [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
-                woken = true;
+                woken_up = true;
             }
             listen_broke = !step_listen(n > 1 ? fds[1].revents : 0);
-            if (woken || listen_broke || !notified.empty() || connections.listen_ready_now() != was_ready) break;
+            if (woken_up || listen_broke || !notified.empty() || heard || !woken.empty() ||
+                connections.listen_ready_now() != was_ready)
+                break;
         }
         lock.lock();
         poll_until = {};
@@ -355,12 +389,14 @@ struct ContendServiceFactory::Core final : detail::Io {
     Contention contention;  // I/O state: io_m
     TaskQueue tasks;        // I/O thread only
     NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
+    NotifySubscribers subscribers;  // detail::Io::subscribe
+    bool heard = false;             // I/O thread: subscribers heard a NOTIFY, to run
 
-    // (mutex, contender id) of every service alive: one per factory. Two
-    // with one id would be one holder to the server, sharing a lease and a
-    // fence that each believes its own.
+    // (name, contender id) of every holder alive (detail::Io::reserve_ids):
+    // services, Lockers and MultiLockers' mutexes; SharedLockers' rwlocks.
     std::mutex ids_m;
     std::set<std::pair<std::string, std::string>> ids;
+    std::set<std::pair<std::string, std::string>> rwlock_ids;
 
     // Commands from other threads.
     std::mutex cmd_m;
@@ -376,6 +412,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
     bool io_done = false;                   // the I/O thread has exited
     std::vector<std::string> notified;      // I/O thread: NOTIFYs of our mutexes, to act on
+    std::vector<std::string> woken;         // I/O thread: fair waiters' channels heard or just listened on
 
     std::thread io;  // last: starts after the members above exist
 };
@@ -394,13 +431,7 @@ public:
           // service hold weak_ptrs until they come due, and must not pin
           // the whole ServiceCore meanwhile.
           svc_(new ServiceCore(std::move(contender), options)) {
-        {
-            std::lock_guard<std::mutex> lock(core_->ids_m);
-            if (!core_->ids.emplace(svc_->mutex, svc_->id).second)
-                throw IllegalStateError("this factory already has a service for mutex " + svc_->mutex +
-                                        " with contender id " + svc_->id +
-                                        ": contender ids must be unique (one id is one holder to the server)");
-        }
+        core_->reserve_ids(Io::Names::mutex, {svc_->mutex}, svc_->id);
         core_->metrics.track(svc_);
     }
 
@@ -413,8 +444,7 @@ public:
             }
         }
         core_->metrics.untrack(svc_);
-        std::lock_guard<std::mutex> lock(core_->ids_m);
-        core_->ids.erase({svc_->mutex, svc_->id});
+        core_->release_ids(Io::Names::mutex, {svc_->mutex}, svc_->id);
     }
 
     std::optional<Lease> lease() const override {
@@ -533,6 +563,10 @@ void ContendServiceFactory::stop(const std::vector<MutexContendService*>& servic
 }
 
 std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) { return factory.core_; }
+
+void detail::throw_shut_down(const char* what) {
+    throw IllegalStateError(std::string("the factory of this ") + what + " has shut down");
+}
 
 int ContendServiceFactory::connection_count() const { return core_->connections.open_count(); }
 

@@ -1,14 +1,18 @@
 // simba client (internal): what a PostgreSQL factory's threads offer to the
-// other users of its two connections besides the contend services — today
-// the Semaphore. Not installed: pqxx types stay out of the public headers.
+// other users of its two connections besides the contend services: the
+// Semaphore, and the SharedLocker and MultiLocker (lock_hold.hpp). Not
+// installed: pqxx types stay out of the public headers.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <pqxx/pqxx>
 #include <string>
+#include <vector>
 
 #include "simba/owner.hpp"
 
@@ -73,7 +77,42 @@ public:
     /// Anyone may NOTIFY: no retry for one sooner than this after the last
     /// try (FactoryOptions::notify_min_interval).
     [[nodiscard]] virtual SteadyClock::duration notify_min_interval() const = 0;
+    /// FactoryOptions::retry_delay: how soon a statement that failed on a
+    /// live connection is tried again.
+    [[nodiscard]] virtual SteadyClock::duration retry_delay() const = 0;
+
+    /// Calls `fn` on the I/O thread (quick: no statements, it may post)
+    /// whenever `NOTIFY simba` names one of `names`, until unsubscribe(id).
+    /// Returns that id.
+    virtual std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) = 0;
+    /// From any thread; the callback may be running on the I/O thread.
+    virtual void unsubscribe(std::uint64_t id) = 0;
+
+    /// One holder per (name, contender id) in a factory: two would be one
+    /// holder to the server, sharing a lease and a fence that each believes
+    /// its own. Reserves every name of `names` for `id` (mutexes, shared
+    /// with the services and Lockers, or read-write locks), or none:
+    /// IllegalStateError naming the first taken. release_ids() undoes it.
+    enum class Names { mutex, rwlock };
+    virtual void reserve_ids(Names kind, const std::vector<std::string>& names, const std::string& id) = 0;
+    virtual void release_ids(Names kind, const std::vector<std::string>& names, const std::string& id) = 0;
 };
+
+/// IllegalStateError: "the factory of this <what> has shut down".
+[[noreturn]] void throw_shut_down(const char* what);
+
+/// Runs `fn` on `io`'s I/O thread and waits for it; rethrows its error.
+/// IllegalStateError once the factory has shut down.
+template <typename T>
+T call(Io& io, std::function<T(pqxx::connection&)> fn, const char* what) {
+    auto done = std::make_shared<std::promise<T>>();
+    auto result = done->get_future();
+    bool queued = io.run([done, fn](pqxx::connection& c) { done->set_value(fn(c)); },
+                         [done](std::exception_ptr e) { done->set_exception(e); });
+    if (!queued) throw_shut_down(what);
+    while (result.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) io.while_waiting();
+    return result.get();
+}
 
 /// The I/O channel of a PostgreSQL factory (shared: outlives the factory's
 /// handle on it for as long as a user keeps it).

@@ -213,18 +213,6 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
 
 namespace {
 
-/// Runs `fn` on the factory's I/O thread and waits for it; rethrows its error.
-template <typename T>
-T call(pg::detail::Io& io, std::function<T(pqxx::connection&)> fn) {
-    auto done = std::make_shared<std::promise<T>>();
-    auto result = done->get_future();
-    bool queued = io.run([done, fn](pqxx::connection& c) { done->set_value(fn(c)); },
-                         [done](std::exception_ptr e) { done->set_exception(e); });
-    if (!queued) throw IllegalStateError("the factory of this semaphore has shut down");
-    while (result.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) io.while_waiting();
-    return result.get();
-}
-
 void validate_acquire(const std::string& key, const std::string& holder, int permits, milliseconds ttl,
                       const std::string& context) {
     validate_name(key, "key");
@@ -277,10 +265,14 @@ bool Permit::release() {
     auto st = state_;
     if (st->in_session) st->io->leave_session(st);
     try {
-        return call<bool>(*st->io, [st](pqxx::connection& c) {
-            pqxx::nontransaction tx(c);
-            return tx.exec_params1("SELECT simba_semaphore_release($1, $2::uuid)", st->key, st->token)[0].as<bool>();
-        });
+        return pg::detail::call<bool>(
+            *st->io,
+            [st](pqxx::connection& c) {
+                pqxx::nontransaction tx(c);
+                return tx.exec_params1("SELECT simba_semaphore_release($1, $2::uuid)", st->key, st->token)[0]
+                    .as<bool>();
+            },
+            "semaphore");
     } catch (const std::exception& e) {
         // The lease lapses on the server by itself.
         log(LogLevel::error, "release of permit of key " + st->key + " failed: " + e.what());
@@ -333,7 +325,7 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
         io_, key, ttl, detail::lease_margin(ttl, options_.release_margin, options_.clock_drift_ppm));
     SteadyClock::time_point sent;
     const std::string& holder = holder_;
-    bool granted = call<bool>(*io_, [&](pqxx::connection& c) {
+    bool granted = pg::detail::call<bool>(*io_, [&](pqxx::connection& c) {
         return io_->grant_in_session(st, [&](const pg::detail::SessionProof* session) {
             sent = SteadyClock::now();
             pqxx::nontransaction tx(c);
@@ -355,7 +347,7 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
             st->deadline = (session ? session->lease.transition_deadline() : sent + st->ttl) - st->margin;
             return true;
         });
-    });
+    }, "semaphore");
     if (!granted) return std::nullopt;
     Permit::State::watch(st, st->deadline);
     if (!st->in_session) Permit::State::schedule_refresh(st, sent + st->ttl / 3);

@@ -61,6 +61,8 @@ struct ServiceCore {
     bool disowned = false;       // the server counts a tenure that ended here: released before the next attempt
     std::string session;         // the session its last attempt was sent under ("": none; sessions.hpp)
     bool verify = false;         // a tenure under a session must be checked on the server (a NOTIFY, a revocation)
+    bool queued = false;         // fair: its last attempt left it a place in the queue (stop() withdraws it)
+    std::string wake_channel;    // fair: the channel it is woken on, listened on while it runs ("": none yet)
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).

@@ -21,7 +21,8 @@
 namespace simba::pg::detail {
 
 /// What a session keeps alive besides services' tenures: a semaphore's
-/// permit (semaphore.cpp). Called on the I/O thread with io_m held: quick,
+/// permit (semaphore.cpp), a SharedLocker's or MultiLocker's hold
+/// (lock_hold.cpp). Called on the I/O thread with io_m held: quick,
 /// no statements.
 class SessionHolder {
 public:
@@ -38,6 +39,9 @@ public:
     /// Nothing under the session is held any more (ended on the server,
     /// or closed at shutdown).
     virtual void ended(const char* why) = 0;
+    /// An operator took one of the session's tenures (simba_force_release:
+    /// its `revoked` count grew): a holder of tenures checks its own.
+    virtual void revoked() {}
 };
 using HolderPtr = std::shared_ptr<SessionHolder>;
 

@@ -44,11 +44,37 @@ const char* const kAcquireBatchSql =
     " WITH ORDINALITY AS a(mutex, id, ttl, tr, session, i),"
     " LATERAL simba_acquire(a.mutex, a.id, a.ttl * interval '1 microsecond',"
     " a.tr * interval '1 microsecond', a.session) AS o";
+// The fair lock: the owner row, then the caller's place (NULL when it holds
+// the mutex) and the channel it is woken on.
+const char* const kFairAcquireSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("$2") ", o.position, o.wake_channel"
+    " FROM simba_fair_acquire($1, $2, $3::int8 * interval '1 microsecond',"
+    " $4::int8 * interval '1 microsecond', $5::uuid) AS o";
+// A multi-lock: simba_acquire_all's rows come in byte order of the names;
+// the renewal asks simba_renew for each member by its fence, in that order
+// too (rows locked in one order: no deadlock with an acquire_all).
+const char* const kAcquireAllSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("$2")
+    " FROM simba_acquire_all($1::text[], $2, $3::int8 * interval '1 microsecond',"
+    " $4::int8 * interval '1 microsecond', $5::uuid) AS o";
+const char* const kRenewAllSql =
+    "SELECT " SIMBA_OWNER_COLUMNS("$2")
+    " FROM unnest($1::text[], $3::int8[]) WITH ORDINALITY AS u(m, f, i),"
+    " LATERAL simba_renew(u.m, $2, u.f, $4::int8 * interval '1 microsecond',"
+    " $5::int8 * interval '1 microsecond') AS o ORDER BY u.i";
 #undef SIMBA_OWNER_COLUMNS
+const char* const kReleaseAllSql = "SELECT simba_release_all($1::text[], $2)";
+const char* const kRwlockAcquireSql =
+    "SELECT g.granted IS TRUE AND g.mode = $3, g.fence, simba_epoch_us(g.acquired_at),"
+    " simba_epoch_us(g.ttl_at), simba_epoch_us(g.transition_at), simba_epoch_us(g.current_at), g.mode"
+    " FROM simba_rwlock_acquire($1, $2, $3, $4::int8 * interval '1 microsecond',"
+    " $5::int8 * interval '1 microsecond', $6::uuid) AS g";
+const char* const kRwlockReleaseSql = "SELECT simba_rwlock_release($1, $2)";
 const char* const kReleaseSql = "SELECT simba_release($1, $2)";
+const char* const kFairReleaseSql = "SELECT simba_fair_release($1, $2)";
 const char* const kReleaseBatchSql =
-    "SELECT simba_release(u.m, u.c) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(m, c, i)"
-    " ORDER BY u.i";
+    "SELECT CASE WHEN u.f THEN simba_fair_release(u.m, u.c) ELSE simba_release(u.m, u.c) END"
+    " FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS u(m, c, f, i) ORDER BY u.i";
 
 #define SIMBA_SESSION_COLUMNS                                \
     "s.session_id::text,"                                    \

@@ -21,13 +21,35 @@ extern const char* const kAcquireBatchSql;
 /// simba_renew($1 mutex, $2 id, $3 fence, $4 ttl µs, $5 transition µs):
 /// renews that tenure only, never takes the mutex; one owner row.
 extern const char* const kRenewSql;
+/// simba_fair_acquire($1 mutex, $2 id, $3 ttl µs, $4 transition µs, $5
+/// session id or NULL): the owner row, then column 8 = the caller's place in
+/// the queue (NULL: it holds the mutex), column 9 = its wake channel.
+extern const char* const kFairAcquireSql;
 /// simba_release($1 mutex, $2 id): true if it was the holder.
 extern const char* const kReleaseSql;
-/// simba_release over $1 mutexes[], $2 ids[]: a row per pair, in order;
+/// simba_fair_release($1 mutex, $2 id): true if it was the holder (a
+/// waiter's place is withdrawn either way); wakes the next in the queue.
+extern const char* const kFairReleaseSql;
+/// simba_release (simba_fair_release where $3 bool[] says so) over $1
+/// mutexes[], $2 ids[]: a row per pair, in order;
 /// at most kReleaseBatchMax pairs a statement (about 30 ms: 200 took 6 ms
 /// in pg.Handoff.StoppingManyServicesAtOnce...).
 extern const char* const kReleaseBatchSql;
 constexpr std::ptrdiff_t kReleaseBatchMax = 1000;
+/// simba_acquire_all($1 mutexes[], $2 id, $3 ttl µs, $4 transition µs, $5
+/// session id or NULL): an owner row per mutex, in byte order of the names.
+extern const char* const kAcquireAllSql;
+/// simba_renew of each of $1 mutexes[] by its fence in $3 int8[] for $2 id
+/// ($4 ttl µs, $5 transition µs): owner rows in the order given.
+extern const char* const kRenewAllSql;
+/// simba_release_all($1 mutexes[], $2 id): how many were released.
+extern const char* const kReleaseAllSql;
+/// simba_rwlock_acquire($1 rwlock, $2 id, $3 mode, $4 ttl µs, $5 transition
+/// µs, $6 session id or NULL): held as asked, fence, acquired_at, ttl_at,
+/// transition_at, current_at (epoch µs), mode.
+extern const char* const kRwlockAcquireSql;
+/// simba_rwlock_release($1 rwlock, $2 id).
+extern const char* const kRwlockReleaseSql;
 /// simba_session_open($1 ttl µs, $2 transition µs), simba_session_keepalive($1
 /// id): one session row (parse_session).
 extern const char* const kSessionOpenSql;

@@ -64,6 +64,15 @@ struct ContendOptions {
     /// Off (the default): the service keeps contending after a loss, each
     /// tenure reported as its own (leader election).
     bool single_tenure = false;
+    /// Fair (FIFO) contention (simba_fair_acquire, extension 1.4): among the
+    /// contenders of the mutex that are fair too, the mutex goes in the
+    /// order they started waiting; a release (simba_fair_release) wakes only
+    /// the next one, on a channel of its own, not the herd. A waiter keeps
+    /// its place by asking again at least every half ttl (it lapses after
+    /// ttl + transition without one: a dead waiter holds the queue up that
+    /// long at most). Its attempts are not batched. Plain contenders of the
+    /// same mutex do not queue: mix them and the order is lost.
+    bool fair = false;
     /// Throws InvalidArgumentError (22023) unless ttl > 0, transition >= 0,
     /// release_margin >= 0 and clock_drift_ppm is in 0..100000.
     void validate() const;

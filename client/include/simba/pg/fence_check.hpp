@@ -44,6 +44,19 @@ inline void fence_check(pqxx::transaction_base& tx, const std::string& mutex, co
     }
 }
 
+/// Runs simba_rwlock_fence_check(rwlock, contender_id, fence) in `tx` (a
+/// SharedLocker's hold: its rwlock(), contender_id(), fence()). It locks the
+/// lock's row FOR SHARE: no grant at all, to a reader or a writer, until the
+/// transaction ends.
+inline void rwlock_fence_check(pqxx::transaction_base& tx, const std::string& rwlock,
+                               const std::string& contender_id, std::int64_t fence) {
+    try {
+        tx.exec_params("SELECT simba_rwlock_fence_check($1, $2, $3)", rwlock, contender_id, fence);
+    } catch (const pqxx::sql_error& e) {
+        detail::rethrow_typed(e);
+    }
+}
+
 /// Runs simba_semaphore_fence_check(key, token, fence) in `tx` (token as text).
 inline void semaphore_fence_check(pqxx::transaction_base& tx, const std::string& key, const std::string& token,
                                   std::int64_t fence) {

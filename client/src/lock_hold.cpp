@@ -1,0 +1,505 @@
+#include "lock_hold.hpp"
+
+#include <algorithm>
+
+#include "ownership.hpp"
+#include "simba/contend_period.hpp"
+#include "simba/errors.hpp"
+#include "simba/log.hpp"
+#include "statements.hpp"
+
+namespace simba::pg::detail {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+/// A wait's error that will come again if retried (a setup mistake).
+bool permanent(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const simba::Error& err) {
+        return permanent_sqlstate(err.sqlstate());
+    } catch (...) {
+        return true;
+    }
+}
+
+}  // namespace
+
+LockHold::LockHold(std::shared_ptr<Io> io, std::unique_ptr<HoldStatements> statements, const ContendOptions& options)
+    : SessionHolder(options.ttl, options.transition),
+      io_(std::move(io)),
+      st_(std::move(statements)),
+      margin_(simba::detail::lease_margin(options.ttl + options.transition, options.release_margin,
+                                          options.clock_drift_ppm)) {}
+
+LockHold::~LockHold() {
+    if (subscription_) io_->unsubscribe(subscription_);
+}
+
+SteadyClock::duration LockHold::retry_delay() const {
+    return std::clamp<SteadyClock::duration>(ttl / 4, milliseconds(10), io_->retry_delay());
+}
+
+// ------------------------------------------------------------- the wait
+
+void LockHold::begin(std::function<void(std::exception_ptr)> done, bool once) {
+    std::uint64_t gen;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (phase_ != Phase::idle) throw IllegalStateError(st_->what() + " is held or being taken");
+        phase_ = Phase::waiting;
+        gen = ++gen_;
+        once_ = once;
+        done_ = std::move(done);
+        in_session_ = suspended_ = false;
+        proof_ = {};
+        held_by_.clear();
+        next_at_ = SteadyClock::time_point::max();
+        if (!subscription_) {
+            std::weak_ptr<LockHold> weak = shared_from_this();
+            subscription_ = io_->subscribe(st_->names(), [weak] {
+                if (auto s = weak.lock()) s->notified();
+            });
+        }
+    }
+    attempt(gen);
+}
+
+void LockHold::attempt(std::uint64_t gen) {
+    auto self = shared_from_this();
+    const bool queued = io_->run(
+        [self, gen](pqxx::connection& c) {
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                if (gen != self->gen_ || self->phase_ != Phase::waiting) return;
+                self->next_at_ = SteadyClock::time_point::max();
+            }
+            HoldProof p;
+            bool in_session = false;
+            // Kept by the session from here if granted (end() leaves it).
+            const bool held = self->io_->grant_in_session(self, [&](const SessionProof* session) {
+                p = self->st_->attempt(c, session);
+                in_session = session != nullptr;
+                return p.held;
+            });
+            if (held) {
+                // The proof ran out before the answer came: nothing is
+                // proven. Give it back and try again.
+                if (p.lease.transition_deadline() - self->margin_ <= SteadyClock::now()) {
+                    self->io_->leave_session(self);
+                    self->st_->release(c);
+                    return self->attempt_at(gen, SteadyClock::now());
+                }
+                return self->granted(gen, p, in_session);
+            }
+            bool once;
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                if (gen != self->gen_) return;
+                self->held_by_ = p.held_by;
+                once = self->once_;
+            }
+            if (once) return self->settle(gen, nullptr);
+            self->attempt_at(gen, p.retry_at);
+        },
+        [self, gen](std::exception_ptr e) {
+            // A setup mistake (the statement's or the connection's) ends
+            // the wait; anything else is tried again soon.
+            if (auto setup = self->io_->setup_error()) return self->settle(gen, setup);
+            bool once;
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                once = self->once_;
+            }
+            if (permanent(e)) return self->settle(gen, e);
+            if (once) return self->settle(gen, nullptr);  // refused, as a held lock would be
+            self->attempt_at(gen, SteadyClock::now() + self->retry_delay());
+        });
+    if (!queued) {
+        settle(gen, std::make_exception_ptr(IllegalStateError("the factory of this " + st_->what() +
+                                                              " has shut down")));
+    }
+}
+
+/// The next attempt at `at`, unless one is due sooner.
+void LockHold::attempt_at(std::uint64_t gen, SteadyClock::time_point at) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (gen != gen_ || phase_ != Phase::waiting || at >= next_at_) return;
+        next_at_ = at;
+    }
+    std::weak_ptr<LockHold> weak = shared_from_this();
+    io_->run_at(at, [weak, gen, at] {
+        auto s = weak.lock();
+        if (!s) return;
+        {
+            std::lock_guard<std::mutex> lock(s->m_);
+            if (gen != s->gen_ || s->next_at_ != at) return;  // replaced by a sooner one, or ended
+        }
+        s->attempt(gen);
+    });
+}
+
+/// A NOTIFY named the lock: a waiting attempt goes now, at most once per
+/// notify_min_interval (anyone may NOTIFY, in a loop); a held multi-lock
+/// checks itself the same way (an operator may have taken a member).
+void LockHold::notified() {
+    const auto now = SteadyClock::now();
+    std::uint64_t gen;
+    SteadyClock::time_point at;
+    bool check;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        check = phase_ == Phase::held && st_->check_on_notify();
+        if (phase_ != Phase::waiting && !check) return;
+        gen = gen_;
+        at = std::max(now, notified_at_ + io_->notify_min_interval());
+        if (at >= next_at_) return;
+        notified_at_ = at;
+    }
+    if (!check) return attempt_at(gen, at);
+    renew_at(gen, at);
+}
+
+void LockHold::granted(std::uint64_t gen, const HoldProof& p, bool in_session) {
+    std::function<void(std::exception_ptr)> done;
+    SteadyClock::time_point deadline;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        // Ended meanwhile: end()'s release comes after this on the I/O thread.
+        if (gen != gen_ || phase_ != Phase::waiting) return;
+        phase_ = Phase::held;
+        proof_ = p;
+        in_session_ = in_session;
+        deadline = deadline_ = p.lease.transition_deadline() - margin_;
+        done = std::move(done_);
+    }
+    watch(gen, deadline);
+    if (!in_session) {
+        const auto now = SteadyClock::now();
+        renew_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
+    }
+    if (done) done(nullptr);
+}
+
+/// The wait ends without a hold: a setup mistake, or (once) refused. A
+/// place in a queue the attempt left (a waiting writer's) is withdrawn.
+void LockHold::settle(std::uint64_t gen, std::exception_ptr error) {
+    std::function<void(std::exception_ptr)> done;
+    bool withdraw;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (gen != gen_) return;
+        ++gen_;
+        phase_ = Phase::idle;
+        done = std::move(done_);
+        withdraw = !error;
+    }
+    if (withdraw) {
+        auto self = shared_from_this();
+        io_->run([self](pqxx::connection& c) { self->st_->release(c); }, [](std::exception_ptr) {});
+    }
+    if (done) done(error);
+}
+
+bool LockHold::take(SteadyClock::time_point deadline, bool once) {
+    auto promise = std::make_shared<std::promise<void>>();
+    auto result = promise->get_future();
+    begin(
+        [promise](std::exception_ptr e) {
+            if (e)
+                promise->set_exception(e);
+            else
+                promise->set_value();
+        },
+        once);
+    if (once) deadline = SteadyClock::time_point::max();  // the one attempt's answer (its statement has a deadline)
+    for (;;) {
+        const auto now = SteadyClock::now();
+        if (now >= deadline) {
+            end();  // a grant that came meanwhile is released
+            return false;
+        }
+        const auto slice = std::min<SteadyClock::duration>(deadline - now, milliseconds(50));
+        if (result.wait_for(slice) == std::future_status::ready) break;
+        io_->while_waiting();
+    }
+    result.get();  // a setup mistake, or CancelledError: the wait is over
+    std::lock_guard<std::mutex> lock(m_);
+    return phase_ != Phase::idle;  // held (or lost since: end() it); idle: refused (once) or ended
+}
+
+bool LockHold::end() {
+    std::function<void(std::exception_ptr)> done;
+    {
+        std::unique_lock<std::mutex> lock(m_);
+        if (phase_ == Phase::idle) return false;
+        ++gen_;
+        phase_ = Phase::idle;
+        done = std::move(done_);
+        next_at_ = SteadyClock::time_point::max();
+        // A callback already running finishes first (unless it is ours).
+        callback_done_.wait(lock, [&] {
+            return callback_thread_ == std::thread::id{} || callback_thread_ == std::this_thread::get_id();
+        });
+    }
+    if (done) done(std::make_exception_ptr(CancelledError("lock of " + st_->what() + " was cancelled")));
+    // The session stops keeping it (also a grant that came as the wait
+    // ended), then the release goes: both on the I/O thread, in that order.
+    io_->leave_session(shared_from_this());
+    auto self = shared_from_this();
+    try {
+        return call<bool>(*io_, [self](pqxx::connection& c) { return self->st_->release(c); }, "lock");
+    } catch (const std::exception& e) {
+        // Its lease lapses on the server by itself.
+        log(LogLevel::warning, "release of " + st_->what() + " failed: " + e.what());
+        return false;
+    }
+}
+
+// ------------------------------------------------------------- the hold
+
+/// The next renewal (own lease) or check (under a session) at `at`.
+void LockHold::renew_at(std::uint64_t gen, SteadyClock::time_point at) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (gen != gen_ || phase_ != Phase::held || at >= next_at_) return;
+        next_at_ = at;
+    }
+    std::weak_ptr<LockHold> weak = shared_from_this();
+    io_->run_at(at, [weak, gen, at] {
+        auto s = weak.lock();
+        if (!s) return;
+        {
+            std::lock_guard<std::mutex> lock(s->m_);
+            if (gen != s->gen_ || s->next_at_ != at) return;
+        }
+        s->reask(gen);
+    });
+}
+
+void LockHold::reask(std::uint64_t gen) {
+    auto self = shared_from_this();
+    io_->run(
+        [self, gen](pqxx::connection& c) {
+            HoldProof held;
+            bool in_session;
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                if (gen != self->gen_ || self->phase_ != Phase::held) return;
+                self->next_at_ = SteadyClock::time_point::max();
+                held = self->proof_;
+                in_session = self->in_session_;
+            }
+            const auto p = self->st_->reask(c, held, in_session);
+            if (!p.same_hold(held)) {
+                // What the server counts now (a new grant, a place in a
+                // queue) is not this hold: given back at once.
+                self->lose(gen, "the server no longer counts it");
+                self->st_->release(c);
+                return;
+            }
+            if (in_session) return;  // checked: the session keeps it
+            bool resumed = false;
+            bool extended;
+            SteadyClock::time_point deadline;
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                if (gen != self->gen_) return;
+                extended = self->extend(p.lease, resumed);
+                deadline = self->deadline_;
+            }
+            if (!extended) return;
+            if (resumed) self->run_callback(gen, [](LockHold& h) { return h.on_resumed; });
+            self->watch(gen, deadline);
+            const auto now = SteadyClock::now();
+            self->renew_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
+        },
+        [self, gen](std::exception_ptr) {
+            // Logged by the factory. The deadline ends the hold unless a
+            // retry gets through first.
+            bool own;
+            {
+                std::lock_guard<std::mutex> lock(self->m_);
+                own = !self->in_session_;
+            }
+            if (!own) return;  // a check: the keepalives decide
+            self->suspend();
+            self->renew_at(gen, SteadyClock::now() + self->retry_delay());
+        });
+}
+
+/// The held hold's deadline moved on to `lease`'s (caller holds m_): never
+/// shortened, never bridging a deadline that already passed. False then.
+bool LockHold::extend(const MutexOwner& lease, bool& resumed) {
+    if (phase_ != Phase::held || SteadyClock::now() >= deadline_) return false;
+    const auto proven = lease.transition_deadline() - margin_;
+    if (proven <= deadline_) return false;
+    deadline_ = proven;
+    proof_.lease = lease;
+    resumed = std::exchange(suspended_, false);
+    return true;
+}
+
+void LockHold::kept(const MutexOwner& session) {
+    bool resumed = false;
+    bool extended;
+    std::uint64_t gen;
+    SteadyClock::time_point deadline;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (!in_session_) return;
+        gen = gen_;
+        extended = extend(session, resumed);
+        deadline = deadline_;
+    }
+    if (resumed) run_callback(gen, [](LockHold& h) { return h.on_resumed; });
+    if (extended) watch(gen, deadline);
+}
+
+void LockHold::keepalive_failed() { suspend(); }
+
+void LockHold::ended(const char* why) {
+    std::uint64_t gen;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        gen = gen_;
+    }
+    lose(gen, why);
+}
+
+void LockHold::revoked() {
+    std::uint64_t gen;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (phase_ != Phase::held || !in_session_) return;
+        gen = gen_;
+    }
+    renew_at(gen, SteadyClock::now());
+}
+
+/// Renewals fail: on_suspended once, with the deadline it is lost at.
+void LockHold::suspend() {
+    std::uint64_t gen;
+    SteadyClock::time_point deadline;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (phase_ != Phase::held || suspended_ || SteadyClock::now() >= deadline_) return;
+        suspended_ = true;
+        gen = gen_;
+        deadline = deadline_;
+    }
+    run_callback(gen, [deadline](LockHold& h) -> std::function<void()> {
+        if (!h.on_suspended) return {};
+        return [cb = h.on_suspended, deadline] { cb(deadline); };
+    });
+}
+
+void LockHold::lose(std::uint64_t gen, const std::string& why) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (gen != gen_ || phase_ != Phase::held) return;
+        phase_ = Phase::lost;
+        next_at_ = SteadyClock::time_point::min();
+    }
+    log(LogLevel::warning, st_->what() + " lost: " + why);
+    io_->leave_session(shared_from_this());
+    run_callback(gen, [](LockHold& h) { return h.on_lost; });
+}
+
+/// The lease watchdog, on the handle thread: a statement stuck on the I/O
+/// thread cannot keep the hold past its deadline.
+void LockHold::watch(std::uint64_t gen, SteadyClock::time_point at) {
+    std::weak_ptr<LockHold> weak = shared_from_this();
+    io_->handle_at(at, [weak, gen] {
+        auto s = weak.lock();
+        if (!s) return;
+        {
+            std::lock_guard<std::mutex> lock(s->m_);
+            if (gen != s->gen_ || s->phase_ != Phase::held || SteadyClock::now() < s->deadline_) return;
+        }
+        s->lose(gen, "its lease ended without a renewal");
+    });
+}
+
+/// Runs on the handle thread what `take` picks under m_ (an empty
+/// function: nothing), unless the hold `gen` ended meanwhile.
+void LockHold::run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take) {
+    auto self = shared_from_this();
+    io_->handle([self, gen, take = std::move(take)] {
+        std::function<void()> cb;
+        {
+            std::lock_guard<std::mutex> lock(self->m_);
+            if (gen != self->gen_) return;
+            cb = take(*self);
+            if (!cb) return;
+            self->callback_thread_ = std::this_thread::get_id();
+        }
+        struct Done {  // also when cb throws (the handle thread logs it)
+            LockHold& h;
+            ~Done() {
+                {
+                    std::lock_guard<std::mutex> lock(h.m_);
+                    h.callback_thread_ = {};
+                }
+                h.callback_done_.notify_all();
+            }
+        } done{*self};
+        cb();
+    });
+}
+
+bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
+    std::uint64_t gen;
+    HoldProof before;
+    bool in_session;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (phase_ != Phase::held || SteadyClock::now() >= deadline_)
+            throw IllegalStateError(st_->what() + " is not held");
+        gen = gen_;
+        before = proof_;
+        in_session = in_session_;
+    }
+    auto self = shared_from_this();
+    const auto p = call<HoldProof>(
+        *io_,
+        [self, &change, in_session](pqxx::connection& c) {
+            change(*self->st_);
+            HoldProof got;
+            if (!in_session) return self->st_->attempt(c, nullptr);
+            self->io_->grant_in_session(self, [&](const SessionProof* session) {
+                got = self->st_->attempt(c, session);
+                return got.held;
+            });
+            return got;
+        },
+        "lock");
+    // The same hold goes on: its fence and grant unchanged (a session that
+    // ended meanwhile would have made it another).
+    if (!p.held || p.fence != before.fence || p.acquired_at != before.acquired_at) {
+        lose(gen, "the server answered with another hold");
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(m_);
+    if (gen != gen_ || phase_ != Phase::held) return false;
+    proof_ = p;
+    return true;
+}
+
+// ------------------------------------------------------------- reading
+
+std::optional<LockHold::View> LockHold::view() const {
+    std::lock_guard<std::mutex> lock(m_);
+    if (phase_ != Phase::held || SteadyClock::now() >= deadline_) return std::nullopt;
+    return View{proof_, deadline_};
+}
+
+std::string LockHold::held_by() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return held_by_;
+}
+
+}  // namespace simba::pg::detail

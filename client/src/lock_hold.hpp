@@ -1,0 +1,180 @@
+// simba client (internal): LockHold, one lock of a SharedLocker or a
+// MultiLocker, taken and kept on a factory's I/O thread (docs/design.md,
+// "Client", the lockers of the new primitives).
+//
+// Everything is driven by events on the I/O thread, never by a thread per
+// waiting lock: an attempt is a statement (HoldStatements::attempt); a
+// refused one is tried again at the time its answer gives, or as soon as a
+// `NOTIFY simba` names the lock (at most once per notify_min_interval); a
+// granted one is kept by the factory's session of its lease length
+// (SessionHolder: one keepalive for everything under it) or, without
+// sessions, by renewals of its own as the ttl ends. The hold is the lock's
+// as long as the local deadline holds: send time of the request that proved
+// it + (transition_at - current_at) - margin, the rule of every simba lease.
+//
+// Loss is final: once a hold ended other than by end() (its deadline
+// passed, its session ended, a renewal answered with another hold or none),
+// lease() stays empty and on_lost runs once; nothing takes the lock again
+// until end() and begin().
+//
+// Locking: m guards everything below it; no lock is held while a statement
+// or a callback runs. A statement's task checks `gen` (the wait or hold it
+// was sent for) before and after: end() bumps it, so a stale task changes
+// nothing, and end()'s own release runs after it on the same thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <pqxx/pqxx>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pg_io.hpp"
+#include "sessions.hpp"
+#include "simba/lease.hpp"
+#include "simba/service.hpp"
+
+namespace simba::pg::detail {
+
+/// What the server answered to an attempt or a re-ask.
+struct HoldProof {
+    bool held = false;                 ///< the caller holds the lock as it asked
+    std::int64_t fence = 0;            ///< the hold's fence
+    std::vector<std::int64_t> fences;  ///< a multi-lock's, one per name in byte order
+    ServerTime acquired_at{0};         ///< the grant that began the hold: a new one is another hold
+    MutexOwner lease;                  ///< its lease (or its session's): times and the send time
+    /// Not held: ask again by then at the latest (max: only when woken).
+    SteadyClock::time_point retry_at = SteadyClock::time_point::max();
+    std::string held_by;  ///< not held: who stands in the way, for messages
+    std::string session;  ///< the session it was granted under ("": a lease of its own)
+
+    /// The same hold as `other` (a renewal or a check of it, not a new grant).
+    [[nodiscard]] bool same_hold(const HoldProof& other) const {
+        return held && other.held && acquired_at == other.acquired_at && fence == other.fence &&
+               fences == other.fences;
+    }
+};
+
+/// The statements of one kind of lock, on the factory's statement
+/// connection (I/O thread). Each throws what its statement throws.
+class HoldStatements {
+public:
+    virtual ~HoldStatements() = default;
+    /// One attempt to take the lock, under `session` (nullptr: a lease of
+    /// its own). A refused attempt may leave a place in a queue behind
+    /// (a waiting writer's): release() withdraws it.
+    virtual HoldProof attempt(pqxx::connection& c, const SessionProof* session) = 0;
+    /// The hold `held` asked about again: renewed onto a lease of its own,
+    /// or (in_session) only checked. A proof of another hold, or of none,
+    /// means it was lost.
+    virtual HoldProof reask(pqxx::connection& c, const HoldProof& held, bool in_session) = 0;
+    /// Releases the hold, or withdraws a waiting attempt's place; true if a
+    /// live hold was released.
+    virtual bool release(pqxx::connection& c) = 0;
+    /// The names whose `NOTIFY simba` may free the lock.
+    [[nodiscard]] virtual const std::vector<std::string>& names() const = 0;
+    /// Whether a NOTIFY of a name should make a held lock check itself (an
+    /// operator's simba_force_release of a member of a multi-lock); else it
+    /// only wakes a waiting attempt.
+    [[nodiscard]] virtual bool check_on_notify() const { return false; }
+    /// What the lock is called in messages ("read-write lock catalog").
+    [[nodiscard]] virtual std::string what() const = 0;
+};
+
+class LockHold final : public SessionHolder, public std::enable_shared_from_this<LockHold> {
+public:
+    /// `options`: ttl and transition (the lease, and the session it joins),
+    /// release_margin and clock_drift_ppm (the margin).
+    LockHold(std::shared_ptr<Io> io, std::unique_ptr<HoldStatements> statements, const ContendOptions& options);
+    ~LockHold() override;
+
+    /// Starts taking the lock: `done` runs once, on the I/O thread (keep it
+    /// quick: it sets a promise), with nullptr once it is held, the error of
+    /// a setup mistake (no extension, no grant, a bad argument), or
+    /// CancelledError if end() comes first. `once`: a single attempt, and
+    /// done(nullptr) with the lock not held if refused. IllegalStateError
+    /// unless idle (never begun, or ended).
+    void begin(std::function<void(std::exception_ptr)> done, bool once = false);
+    /// begin(), then waits until held (true), refused (once: false), or
+    /// `deadline` (false, the wait ended); throws what done() got.
+    bool take(SteadyClock::time_point deadline, bool once = false);
+    /// Ends the wait or the hold and waits for the server's release (a
+    /// statement on the I/O thread): true if a live hold was released. A
+    /// waiting begin() gets CancelledError. Idle: false, nothing sent.
+    /// Callbacks that already started are waited for (unless on this
+    /// thread): none runs after end() returned.
+    bool end();
+    /// Runs `change(statements)` and then one attempt, on the I/O thread, for
+    /// the hold held now (a read-write lock's downgrade): true if it answers
+    /// with the same fence, and the hold goes on under its new proof; else
+    /// the hold is lost. IllegalStateError unless held.
+    bool regrant(const std::function<void(HoldStatements&)>& change);
+
+    /// The hold now, in one piece: its proof and local deadline; nothing
+    /// unless held and live.
+    struct View {
+        HoldProof proof;
+        SteadyClock::time_point deadline;
+    };
+    [[nodiscard]] std::optional<View> view() const;
+    /// Who stood in the way at the last refused attempt ("" if nobody known).
+    [[nodiscard]] std::string held_by() const;
+
+    std::function<void()> on_lost;
+    std::function<void(SteadyClock::time_point)> on_suspended;
+    std::function<void()> on_resumed;
+    /// Guards the three callbacks (set from any thread).
+    [[nodiscard]] std::unique_lock<std::mutex> callbacks_lock() { return std::unique_lock<std::mutex>(m_); }
+
+    // SessionHolder (I/O thread, io_m held)
+    void kept(const MutexOwner& session) override;
+    void keepalive_failed() override;
+    void ended(const char* why) override;
+    void revoked() override;
+
+private:
+    enum class Phase { idle, waiting, held, lost };
+
+    void attempt(std::uint64_t gen);
+    void attempt_at(std::uint64_t gen, SteadyClock::time_point at);
+    void granted(std::uint64_t gen, const HoldProof& p, bool in_session);
+    void reask(std::uint64_t gen);
+    void renew_at(std::uint64_t gen, SteadyClock::time_point at);
+    void settle(std::uint64_t gen, std::exception_ptr error);
+    void notified();
+    bool extend(const MutexOwner& lease, bool& resumed);
+    void suspend();
+    void lose(std::uint64_t gen, const std::string& why);
+    void watch(std::uint64_t gen, SteadyClock::time_point at);
+    void run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take);
+    SteadyClock::duration retry_delay() const;
+
+    const std::shared_ptr<Io> io_;
+    const std::unique_ptr<HoldStatements> st_;
+    const SteadyClock::duration margin_;
+    std::uint64_t subscription_ = 0;
+
+    mutable std::mutex m_;
+    std::condition_variable callback_done_;
+    Phase phase_ = Phase::idle;
+    std::uint64_t gen_ = 0;  // the wait or hold tasks belong to
+    bool once_ = false;
+    bool in_session_ = false;
+    bool suspended_ = false;
+    HoldProof proof_;
+    SteadyClock::time_point deadline_{};
+    std::function<void(std::exception_ptr)> done_;
+    SteadyClock::time_point next_at_ = SteadyClock::time_point::max();  // the next attempt or renewal (I/O)
+    SteadyClock::time_point notified_at_{};  // the last attempt a NOTIFY brought forward (I/O)
+    std::string held_by_;
+    std::thread::id callback_thread_;
+};
+
+}  // namespace simba::pg::detail
