@@ -151,6 +151,9 @@ inline void export_with_fence(std::int64_t, simba::SteadyClock::time_point) {}
 inline void stop_exporting() {}
 inline void run_worker(std::int64_t) {}
 inline void cleanup() {}
+inline void serve(std::int64_t) {}
+inline void publish(std::int64_t) {}
+inline void settle(std::int64_t, std::int64_t) {}
 GIVEN
 snippet_compiles() { # guide line
   local src=$work/snippets/${1//\//_}-$2.cpp
