@@ -115,7 +115,9 @@ void LockHold::attempt(std::uint64_t gen) {
             }
             if (permanent(e)) return self->settle(gen, e);
             if (once) return self->settle(gen, nullptr);  // refused, as a held lock would be
-            self->attempt_at(gen, SteadyClock::now() + self->retry_delay());
+            // Not connected (yet): soon again, no statement is sent meanwhile.
+            const auto now = SteadyClock::now();
+            self->attempt_at(gen, now + (self->io_->wait_connected(now) ? self->retry_delay() : milliseconds(20)));
         });
     if (!queued) {
         settle(gen, std::make_exception_ptr(IllegalStateError("the factory of this " + st_->what() +
@@ -205,6 +207,9 @@ void LockHold::settle(std::uint64_t gen, std::exception_ptr error) {
 }
 
 bool LockHold::take(SteadyClock::time_point deadline, bool once) {
+    // A new factory connects in the background: the first attempt goes
+    // when it is up (or a setup mistake is known), not after a retry delay.
+    (void)io_->wait_connected(std::min(deadline, SteadyClock::now() + std::chrono::seconds(5)));
     auto promise = std::make_shared<std::promise<void>>();
     auto result = promise->get_future();
     begin(
