@@ -60,7 +60,7 @@ std::string server_metrics(pqxx::connection& conn) {
     } catch (const pqxx::failure& e) {
         fail_sql(e, "reading simba_mutex_status");
     }
-    std::string stats_error, sessions_error;
+    std::string stats_error, sessions_error, rwlocks_error;
     const pqxx::result stats = optional_rows(
         conn,
         "SELECT mutex, coalesce(holder, ''), acquisitions, releases, late_releases, expired, forced_releases,"
@@ -69,10 +69,16 @@ std::string server_metrics(pqxx::connection& conn) {
     // Every state, also those with no session now, so an alert on one sees 0, not nothing.
     const pqxx::result sessions = optional_rows(
         conn,
-        "SELECT s.state, count(v.session_id), coalesce(sum(v.mutexes), 0), coalesce(sum(v.permits), 0)"
+        "SELECT s.state, count(v.session_id), coalesce(sum(v.mutexes), 0), coalesce(sum(v.permits), 0),"
+        " coalesce(sum(v.rwlocks), 0)"
         " FROM unnest(ARRAY['held', 'transition', 'ended']) AS s(state)"
         " LEFT JOIN simba_session_status v ON v.state = s.state GROUP BY s.state ORDER BY s.state",
         sessions_error);
+    const pqxx::result rwlocks = optional_rows(
+        conn,
+        "SELECT rwlock, CASE WHEN mode = 'read' THEN cardinality(holders) ELSE 0 END,"
+        " (mode = 'write')::int, waiting_writers, write_fence FROM simba_rwlock_status ORDER BY rwlock",
+        rwlocks_error);
 
     const Fam mfams[] = {
         {"simba_mutex_held", "gauge", "1 while the mutex has an owner whose lease has not ended (held or transition).", -1},
@@ -112,10 +118,23 @@ std::string server_metrics(pqxx::connection& conn) {
          "Sessions by state: held, transition (its keepalive is late), ended (not yet collected).", 1},
         {"simba_session_mutexes", "gauge", "Mutexes held under the sessions of each state.", 2},
         {"simba_session_permits", "gauge", "Semaphore permits held under the sessions of each state.", 3},
+        {"simba_session_rwlocks", "gauge", "Read-write lock holds under the sessions of each state.", 4},
     };
     for (auto& f : sessfams) {
         x.family(f.name, f.type, f.help);
         for (auto r : sessions) x.sample(f.name, {{"state", str(r[0])}}, num(r[f.col]));
+    }
+
+    if (!rwlocks_error.empty()) x.comment("simba_rwlock_status unavailable: " + rwlocks_error);
+    const Fam rwfams[] = {
+        {"simba_rwlock_readers", "gauge", "Live read holds of the read-write lock.", 1},
+        {"simba_rwlock_write_held", "gauge", "1 while a writer holds the read-write lock.", 2},
+        {"simba_rwlock_waiting_writers", "gauge", "Writers queued for the read-write lock (new readers wait).", 3},
+        {"simba_rwlock_write_fence", "gauge", "Fence of the latest writer: the write epoch readers read under.", 4},
+    };
+    for (auto& f : rwfams) {
+        x.family(f.name, f.type, f.help);
+        for (auto r : rwlocks) x.sample(f.name, {{"rwlock", str(r[0])}}, num(r[f.col]));
     }
 
     x.family("simba_history_enabled", "gauge",

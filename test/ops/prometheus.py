@@ -131,13 +131,16 @@ def main():
             check(r.returncode == 0, "promtool " + " ".join(args) + ("" if r.returncode == 0 else ":\n" + r.stdout + r.stderr))
 
         # A database with something to show for every series: a held mutex, a
-        # released one (history on), a permit, a session holding a mutex.
+        # released one (history on), a permit, a session holding a mutex and
+        # a read hold, a read-write lock written once.
         psql("postgres", "CREATE DATABASE " + db)
         psql(db, "CREATE EXTENSION simba", "ALTER DATABASE %s SET simba.history = on" % db)
         psql(db, "SELECT simba_acquire('ops-held', 'a', '1 hour', '1 hour')",
              "SELECT simba_acquire('ops-released', 'b')", "SELECT simba_release('ops-released', 'b')",
              "SELECT simba_semaphore_acquire('ops-pool', 'w1', 2, '1 hour')",
-             "SELECT simba_acquire('ops-session', 'c', session_id => (simba_session_open('1 hour', '1 hour')).session_id)")
+             "SELECT simba_acquire('ops-session', 'c', session_id => (simba_session_open('1 hour', '1 hour')).session_id)",
+             "SELECT simba_rwlock_acquire('ops-rw', 'w', 'write')", "SELECT simba_rwlock_release('ops-rw', 'w')",
+             "SELECT simba_rwlock_acquire('ops-rw', 'r', 'read', session_id => (SELECT session_id FROM simba_session_status LIMIT 1))")
         env["PGDATABASE"] = db
         dsn = "host=%s port=%s user=%s dbname=%s" % (env["PGHOST"], env["PGPORT"], env["PGUSER"], db)
 
@@ -197,8 +200,10 @@ def main():
         simba_names, pgx_names = prom.names("simba") - {"simba_up"}, prom.names("pgexporter")
         check(simba_names == pgx_names, "postgres_exporter.yaml gives the series simba metrics gives%s" % (
             "" if simba_names == pgx_names else ": only simba %s, only exporter %s" % (sorted(simba_names - pgx_names), sorted(pgx_names - simba_names))))
-        for series in ("simba_mutex_fence", "simba_semaphore_permits_held", "simba_session_mutexes", "simba_mutex_acquisitions_total"):
-            _, _, r = prom.query('%s{job="pgexporter"} != bool on (mutex, key, state, holder) %s{job="simba"}' % (series, series))
+        for series in ("simba_mutex_fence", "simba_semaphore_permits_held", "simba_session_mutexes",
+                       "simba_session_rwlocks", "simba_rwlock_readers", "simba_rwlock_write_fence",
+                       "simba_mutex_acquisitions_total"):
+            _, _, r = prom.query('%s{job="pgexporter"} != bool on (mutex, key, state, holder, rwlock) %s{job="simba"}' % (series, series))
             check(r and all(float(x["value"][1]) == 0 for x in r), "%s: the same values from both" % series)
 
         # Every dashboard query evaluates (Grafana's variables filled in).
