@@ -90,7 +90,7 @@ void LockHold::attempt(std::uint64_t gen) {
                 if (p.lease.transition_deadline() - self->margin_ <= SteadyClock::now()) {
                     self->io_->leave_session(self);
                     self->st_->release(c);
-                    return self->attempt_at(gen, SteadyClock::now());
+                    return self->step_at(gen, SteadyClock::now());
                 }
                 return self->granted(gen, p, in_session);
             }
@@ -102,7 +102,7 @@ void LockHold::attempt(std::uint64_t gen) {
                 once = self->once_;
             }
             if (once) return self->settle(gen, nullptr);
-            self->attempt_at(gen, p.retry_at);
+            self->step_at(gen, p.retry_at);
         },
         [self, gen](std::exception_ptr e) {
             // A setup mistake (the statement's or the connection's) ends
@@ -117,7 +117,7 @@ void LockHold::attempt(std::uint64_t gen) {
             if (once) return self->settle(gen, nullptr);  // refused, as a held lock would be
             // Not connected (yet): soon again, no statement is sent meanwhile.
             const auto now = SteadyClock::now();
-            self->attempt_at(gen, now + (self->io_->wait_connected(now) ? self->retry_delay() : milliseconds(20)));
+            self->step_at(gen, now + (self->io_->wait_connected(now) ? self->retry_delay() : milliseconds(20)));
         });
     if (!queued) {
         settle(gen, std::make_exception_ptr(IllegalStateError("the factory of this " + st_->what() +
@@ -125,22 +125,28 @@ void LockHold::attempt(std::uint64_t gen) {
     }
 }
 
-/// The next attempt at `at`, unless one is due sooner.
-void LockHold::attempt_at(std::uint64_t gen, SteadyClock::time_point at) {
+/// The next step of the wait (an attempt) or of the hold (a renewal or a
+/// check) at `at`, unless one is due sooner; none once the phase changed.
+void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
+    Phase phase;
     {
         std::lock_guard<std::mutex> lock(m_);
-        if (gen != gen_ || phase_ != Phase::waiting || at >= next_at_) return;
+        if (gen != gen_ || (phase_ != Phase::waiting && phase_ != Phase::held) || at >= next_at_) return;
         next_at_ = at;
+        phase = phase_;
     }
     std::weak_ptr<LockHold> weak = shared_from_this();
-    io_->run_at(at, [weak, gen, at] {
+    io_->run_at(at, [weak, gen, at, phase] {
         auto s = weak.lock();
         if (!s) return;
         {
             std::lock_guard<std::mutex> lock(s->m_);
-            if (gen != s->gen_ || s->next_at_ != at) return;  // replaced by a sooner one, or ended
+            if (gen != s->gen_ || s->next_at_ != at || s->phase_ != phase) return;  // replaced, or ended
         }
-        s->attempt(gen);
+        if (phase == Phase::waiting)
+            s->attempt(gen);
+        else
+            s->reask(gen);
     });
 }
 
@@ -151,18 +157,15 @@ void LockHold::notified() {
     const auto now = SteadyClock::now();
     std::uint64_t gen;
     SteadyClock::time_point at;
-    bool check;
     {
         std::lock_guard<std::mutex> lock(m_);
-        check = phase_ == Phase::held && st_->check_on_notify();
-        if (phase_ != Phase::waiting && !check) return;
+        if (phase_ != Phase::waiting && !(phase_ == Phase::held && st_->check_on_notify())) return;
         gen = gen_;
         at = std::max(now, notified_at_ + io_->notify_min_interval());
         if (at >= next_at_) return;
         notified_at_ = at;
     }
-    if (!check) return attempt_at(gen, at);
-    renew_at(gen, at);
+    step_at(gen, at);
 }
 
 void LockHold::granted(std::uint64_t gen, const HoldProof& p, bool in_session) {
@@ -181,7 +184,7 @@ void LockHold::granted(std::uint64_t gen, const HoldProof& p, bool in_session) {
     watch(gen, deadline);
     if (!in_session) {
         const auto now = SteadyClock::now();
-        renew_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
+        step_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
     }
     if (done) done(nullptr);
 }
@@ -245,10 +248,7 @@ bool LockHold::end() {
         phase_ = Phase::idle;
         done = std::move(done_);
         next_at_ = SteadyClock::time_point::max();
-        // A callback already running finishes first (unless it is ours).
-        callback_done_.wait(lock, [&] {
-            return callback_thread_ == std::thread::id{} || callback_thread_ == std::this_thread::get_id();
-        });
+        running_.wait_idle(lock);  // a callback already running finishes first (unless it is ours)
     }
     if (done) done(std::make_exception_ptr(CancelledError("lock of " + st_->what() + " was cancelled")));
     // The session stops keeping it (also a grant that came as the wait
@@ -265,25 +265,6 @@ bool LockHold::end() {
 }
 
 // ------------------------------------------------------------- the hold
-
-/// The next renewal (own lease) or check (under a session) at `at`.
-void LockHold::renew_at(std::uint64_t gen, SteadyClock::time_point at) {
-    {
-        std::lock_guard<std::mutex> lock(m_);
-        if (gen != gen_ || phase_ != Phase::held || at >= next_at_) return;
-        next_at_ = at;
-    }
-    std::weak_ptr<LockHold> weak = shared_from_this();
-    io_->run_at(at, [weak, gen, at] {
-        auto s = weak.lock();
-        if (!s) return;
-        {
-            std::lock_guard<std::mutex> lock(s->m_);
-            if (gen != s->gen_ || s->next_at_ != at) return;
-        }
-        s->reask(gen);
-    });
-}
 
 void LockHold::reask(std::uint64_t gen) {
     auto self = shared_from_this();
@@ -317,10 +298,10 @@ void LockHold::reask(std::uint64_t gen) {
                 deadline = self->deadline_;
             }
             if (!extended) return;
-            if (resumed) self->run_callback(gen, [](LockHold& h) { return h.on_resumed; });
+            if (resumed) self->run_callback(gen, [](LockHold& h) { return h.on_resumed_; });
             self->watch(gen, deadline);
             const auto now = SteadyClock::now();
-            self->renew_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
+            self->step_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
         },
         [self, gen](std::exception_ptr) {
             // Logged by the factory. The deadline ends the hold unless a
@@ -332,7 +313,7 @@ void LockHold::reask(std::uint64_t gen) {
             }
             if (!own) return;  // a check: the keepalives decide
             self->suspend();
-            self->renew_at(gen, SteadyClock::now() + self->retry_delay());
+            self->step_at(gen, SteadyClock::now() + self->retry_delay());
         });
 }
 
@@ -360,7 +341,7 @@ void LockHold::kept(const MutexOwner& session) {
         extended = extend(session, resumed);
         deadline = deadline_;
     }
-    if (resumed) run_callback(gen, [](LockHold& h) { return h.on_resumed; });
+    if (resumed) run_callback(gen, [](LockHold& h) { return h.on_resumed_; });
     if (extended) watch(gen, deadline);
 }
 
@@ -382,7 +363,7 @@ void LockHold::revoked() {
         if (phase_ != Phase::held || !in_session_) return;
         gen = gen_;
     }
-    renew_at(gen, SteadyClock::now());
+    step_at(gen, SteadyClock::now());
 }
 
 /// Renewals fail: on_suspended once, with the deadline it is lost at.
@@ -397,8 +378,8 @@ void LockHold::suspend() {
         deadline = deadline_;
     }
     run_callback(gen, [deadline](LockHold& h) -> std::function<void()> {
-        if (!h.on_suspended) return {};
-        return [cb = h.on_suspended, deadline] { cb(deadline); };
+        if (!h.on_suspended_) return {};
+        return [cb = h.on_suspended_, deadline] { cb(deadline); };
     });
 }
 
@@ -411,7 +392,7 @@ void LockHold::lose(std::uint64_t gen, const std::string& why) {
     }
     log(LogLevel::warning, st_->what() + " lost: " + why);
     io_->leave_session(shared_from_this());
-    run_callback(gen, [](LockHold& h) { return h.on_lost; });
+    run_callback(gen, [](LockHold& h) { return h.on_lost_; });
 }
 
 /// The lease watchdog, on the handle thread: a statement stuck on the I/O
@@ -440,19 +421,9 @@ void LockHold::run_callback(std::uint64_t gen, std::function<std::function<void(
             if (gen != self->gen_) return;
             cb = take(*self);
             if (!cb) return;
-            self->callback_thread_ = std::this_thread::get_id();
+            self->running_.enter();
         }
-        struct Done {  // also when cb throws (the handle thread logs it)
-            LockHold& h;
-            ~Done() {
-                {
-                    std::lock_guard<std::mutex> lock(h.m_);
-                    h.callback_thread_ = {};
-                }
-                h.callback_done_.notify_all();
-            }
-        } done{*self};
-        cb();
+        self->running_.run(self->m_, cb);
     });
 }
 
@@ -492,6 +463,21 @@ bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
     if (gen != gen_ || phase_ != Phase::held) return false;
     proof_ = p;
     return true;
+}
+
+void LockHold::set_on_lost(std::function<void()> cb) {
+    std::lock_guard<std::mutex> lock(m_);
+    on_lost_ = std::move(cb);
+}
+
+void LockHold::set_on_suspended(std::function<void(SteadyClock::time_point)> cb) {
+    std::lock_guard<std::mutex> lock(m_);
+    on_suspended_ = std::move(cb);
+}
+
+void LockHold::set_on_resumed(std::function<void()> cb) {
+    std::lock_guard<std::mutex> lock(m_);
+    on_resumed_ = std::move(cb);
 }
 
 // ------------------------------------------------------------- reading

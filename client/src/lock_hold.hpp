@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "pg_io.hpp"
+#include "running_callback.hpp"
 #include "sessions.hpp"
 #include "simba/lease.hpp"
 #include "simba/service.hpp"
@@ -127,11 +128,10 @@ public:
     /// Who stood in the way at the last refused attempt ("" if nobody known).
     [[nodiscard]] std::string held_by() const;
 
-    std::function<void()> on_lost;
-    std::function<void(SteadyClock::time_point)> on_suspended;
-    std::function<void()> on_resumed;
-    /// Guards the three callbacks (set from any thread).
-    [[nodiscard]] std::unique_lock<std::mutex> callbacks_lock() { return std::unique_lock<std::mutex>(m_); }
+    /// The locker's callbacks (any thread; each replaces the last).
+    void set_on_lost(std::function<void()> cb);
+    void set_on_suspended(std::function<void(SteadyClock::time_point)> cb);
+    void set_on_resumed(std::function<void()> cb);
 
     // SessionHolder (I/O thread, io_m held)
     void kept(const MutexOwner& session) override;
@@ -143,10 +143,9 @@ private:
     enum class Phase { idle, waiting, held, lost };
 
     void attempt(std::uint64_t gen);
-    void attempt_at(std::uint64_t gen, SteadyClock::time_point at);
+    void step_at(std::uint64_t gen, SteadyClock::time_point at);
     void granted(std::uint64_t gen, const HoldProof& p, bool in_session);
     void reask(std::uint64_t gen);
-    void renew_at(std::uint64_t gen, SteadyClock::time_point at);
     void settle(std::uint64_t gen, std::exception_ptr error);
     void notified();
     bool extend(const MutexOwner& lease, bool& resumed);
@@ -156,13 +155,17 @@ private:
     void run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take);
     SteadyClock::duration retry_delay() const;
 
+    std::function<void()> on_lost_;
+    std::function<void(SteadyClock::time_point)> on_suspended_;
+    std::function<void()> on_resumed_;
+
     const std::shared_ptr<Io> io_;
     const std::unique_ptr<HoldStatements> st_;
     const SteadyClock::duration margin_;
     std::uint64_t subscription_ = 0;
 
     mutable std::mutex m_;
-    std::condition_variable callback_done_;
+    RunningCallback running_;
     Phase phase_ = Phase::idle;
     std::uint64_t gen_ = 0;  // the wait or hold tasks belong to
     bool once_ = false;
@@ -174,7 +177,6 @@ private:
     SteadyClock::time_point next_at_ = SteadyClock::time_point::max();  // the next attempt or renewal (I/O)
     SteadyClock::time_point notified_at_{};  // the last attempt a NOTIFY brought forward (I/O)
     std::string held_by_;
-    std::thread::id callback_thread_;
 };
 
 }  // namespace simba::pg::detail

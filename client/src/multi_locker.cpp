@@ -187,20 +187,11 @@ std::optional<MultiLease> MultiLocker::lease() const {
 
 bool MultiLocker::is_owner() const { return s_ && lease().has_value(); }
 
-void MultiLocker::on_lost(std::function<void()> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_lost = std::move(callback);
-}
+void MultiLocker::on_lost(std::function<void()> callback) { state().hold->set_on_lost(std::move(callback)); }
 
-void MultiLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_suspended = std::move(callback);
-}
+void MultiLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) { state().hold->set_on_suspended(std::move(callback)); }
 
-void MultiLocker::on_resumed(std::function<void()> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_resumed = std::move(callback);
-}
+void MultiLocker::on_resumed(std::function<void()> callback) { state().hold->set_on_resumed(std::move(callback)); }
 
 const std::vector<std::string>& MultiLocker::mutexes() const noexcept {
     static const std::vector<std::string> none;

@@ -21,6 +21,7 @@
 
 #include "ownership.hpp"
 #include "pg_io.hpp"
+#include "running_callback.hpp"
 #include "sessions.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
@@ -54,8 +55,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
     std::function<void()> on_lost;
     std::function<void(SteadyClock::time_point)> on_suspended;
     std::function<void()> on_resumed;
-    std::condition_variable callback_done;
-    std::thread::id callback_thread;  // set while a callback runs
+    pg::detail::RunningCallback running;
 
     bool live_locked() const { return !lost && !released && SteadyClock::now() < deadline; }
 
@@ -129,19 +129,9 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
                 if (s->released) return;
                 cb = take(*s);
                 if (!cb) return;
-                s->callback_thread = std::this_thread::get_id();
+                s->running.enter();
             }
-            struct Done {  // also when cb throws (the handle thread logs it)
-                State& s;
-                ~Done() {
-                    {
-                        std::lock_guard<std::mutex> lock(s.m);
-                        s.callback_thread = {};
-                    }
-                    s.callback_done.notify_all();
-                }
-            } done{*s};
-            cb();
+            s->running.run(s->m, cb);
         });
     }
 
@@ -256,10 +246,7 @@ bool Permit::release() {
         state_->released = true;
         state_->on_lost = nullptr;
         // An on_lost already running finishes first (unless it is the caller).
-        state_->callback_done.wait(lock, [&] {
-            return state_->callback_thread == std::thread::id{} ||
-                   state_->callback_thread == std::this_thread::get_id();
-        });
+        state_->running.wait_idle(lock);
         if (state_->lost) return false;
     }
     auto st = state_;

@@ -173,20 +173,11 @@ std::int64_t SharedLocker::fence() const {
     return l ? l->fence : 0;
 }
 
-void SharedLocker::on_lost(std::function<void()> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_lost = std::move(callback);
-}
+void SharedLocker::on_lost(std::function<void()> callback) { state().hold->set_on_lost(std::move(callback)); }
 
-void SharedLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_suspended = std::move(callback);
-}
+void SharedLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) { state().hold->set_on_suspended(std::move(callback)); }
 
-void SharedLocker::on_resumed(std::function<void()> callback) {
-    auto lock = state().hold->callbacks_lock();
-    s_->hold->on_resumed = std::move(callback);
-}
+void SharedLocker::on_resumed(std::function<void()> callback) { state().hold->set_on_resumed(std::move(callback)); }
 
 const std::string& SharedLocker::rwlock() const noexcept {
     static const std::string none;

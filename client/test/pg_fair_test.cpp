@@ -18,12 +18,6 @@ simba::ContendOptions fair_lease(std::chrono::milliseconds ttl, std::chrono::mil
     return o;
 }
 
-simba::pg::FactoryOptions options(const std::string& app, bool sessions) {
-    auto o = test_options(app);
-    o.sessions = sessions;
-    return o;
-}
-
 int queued(pqxx::connection& c, const std::string& mutex) {
     pqxx::nontransaction tx(c);
     return tx.exec_params1("SELECT count(*) FROM simba_mutex_queue WHERE mutex = $1", mutex)[0].as<int>();
@@ -35,13 +29,13 @@ std::uint64_t attempts_of(simba::pg::ContendServiceFactory& f, const std::string
     return 0;
 }
 
-class FairModes : public ::testing::TestWithParam<bool> {};
+using FairModes = SessionModes;
 
 }  // namespace
 
 TEST_P(FairModes, WaitersGetTheMutexInArrivalOrderAndOnlyTheNextIsWoken) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("fair-order", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("fair-order", GetParam()));
     const auto m = unique_name("fair-order");
     // Long leases: every handoff below is a wake-up, not a poll.
     simba::Locker holder(factory, m, "holder", fair_lease(30000ms, 10000ms));
@@ -88,7 +82,7 @@ TEST_P(FairModes, WaitersGetTheMutexInArrivalOrderAndOnlyTheNextIsWoken) {
 
 TEST_P(FairModes, ADeadHeadIsSkippedOnceItsPlaceLapses) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("fair-dead", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("fair-dead", GetParam()));
     const auto m = unique_name("fair-dead");
     simba::Locker holder(factory, m, "holder", fair_lease(2000ms, 1000ms));
     holder.lock();
@@ -117,7 +111,7 @@ TEST_P(FairModes, ADeadHeadIsSkippedOnceItsPlaceLapses) {
 
 TEST_P(FairModes, AWaiterThatStopsWithdrawsItsPlace) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("fair-stop", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("fair-stop", GetParam()));
     const auto m = unique_name("fair-stop");
     simba::Locker holder(factory, m, "holder", fair_lease(30000ms, 10000ms));
     holder.lock();
@@ -157,5 +151,4 @@ TEST(Fair, ALeaderElectionServiceQueuesBehindWaitersWhenItLeavesAndComesBack) {
     EXPECT_EQ(queued(*db, m), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fair, FairModes, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Sessions" : "PerLock"; });
+INSTANTIATE_TEST_SUITE_P(Fair, FairModes, ::testing::Bool(), session_mode_name);

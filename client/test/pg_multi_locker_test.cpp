@@ -20,19 +20,13 @@ std::int64_t fence_of(pqxx::connection& c, const std::string& mutex) {
     return r.empty() ? 0 : r[0][0].as<std::int64_t>();
 }
 
-simba::pg::FactoryOptions options(const std::string& app, bool sessions) {
-    auto o = test_options(app);
-    o.sessions = sessions;
-    return o;
-}
-
-class MultiLockerModes : public ::testing::TestWithParam<bool> {};
+using MultiLockerModes = SessionModes;
 
 }  // namespace
 
 TEST_P(MultiLockerModes, TakesEveryMemberWithItsOwnFenceAndReleasesThemTogether) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("multi-all", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("multi-all", GetParam()));
     const auto base = unique_name("multi-all");
     const std::vector<std::string> names{base + "-c", base + "-a", base + "-b"};
     simba::MultiLocker books(factory, names, "M", lease(2000ms, 1000ms));
@@ -55,7 +49,7 @@ TEST_P(MultiLockerModes, TakesEveryMemberWithItsOwnFenceAndReleasesThemTogether)
 
 TEST_P(MultiLockerModes, NothingIsTakenWhileOneMemberIsHeldAndItsReleaseWakesTheWaiter) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("multi-none", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("multi-none", GetParam()));
     const auto base = unique_name("multi-none");
     simba::Locker single(factory, base + "-b", "S", lease(30000ms, 10000ms));
     single.lock();
@@ -119,7 +113,7 @@ TEST(MultiLocker, OverlappingSetsInOppositeOrdersNeverDeadlockNorOverlap) {
 
 TEST_P(MultiLockerModes, AForcedReleaseOfOneMemberLosesTheHoldAndReleasesTheRest) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("multi-forced", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("multi-forced", GetParam()));
     const auto base = unique_name("multi-forced");
     simba::MultiLocker multi(factory, {base + "-a", base + "-b"}, "M", lease(10000ms, 5000ms));
     std::atomic<int> lost{0};
@@ -184,5 +178,4 @@ TEST(MultiLocker, SetupMistakesAreThrownAtOnce) {
     });
 }
 
-INSTANTIATE_TEST_SUITE_P(MultiLocker, MultiLockerModes, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Sessions" : "PerLock"; });
+INSTANTIATE_TEST_SUITE_P(MultiLocker, MultiLockerModes, ::testing::Bool(), session_mode_name);

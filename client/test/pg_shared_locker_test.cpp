@@ -29,19 +29,13 @@ std::int64_t write_fence_of(pqxx::connection& c, const std::string& rwlock) {
     return tx.exec_params1("SELECT write_fence FROM simba_rwlock WHERE rwlock = $1", rwlock)[0].as<std::int64_t>();
 }
 
-simba::pg::FactoryOptions options(const std::string& app, bool sessions) {
-    auto o = test_options(app);
-    o.sessions = sessions;
-    return o;
-}
-
-class SharedLockerModes : public ::testing::TestWithParam<bool> {};
+using SharedLockerModes = SessionModes;
 
 }  // namespace
 
 TEST_P(SharedLockerModes, ReadersShareAWriterExcludesAndFencesAreTheWriteEpoch) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-share", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-share", GetParam()));
     const auto rw = unique_name("rw-share");
     simba::SharedLocker a(factory, rw, "A", lease(2000ms, 1000ms));
     simba::SharedLocker b(factory, rw, "B", lease(2000ms, 1000ms));
@@ -77,7 +71,7 @@ TEST_P(SharedLockerModes, ReadersShareAWriterExcludesAndFencesAreTheWriteEpoch) 
 
 TEST_P(SharedLockerModes, AWaitingWriterKeepsNewReadersOutAndGetsItWhenTheReadersLeave) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-prefer", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-prefer", GetParam()));
     const auto rw = unique_name("rw-prefer");
     simba::SharedLocker a(factory, rw, "A", lease(3000ms, 1000ms));
     simba::SharedLocker late(factory, rw, "late", lease(3000ms, 1000ms));
@@ -109,7 +103,7 @@ TEST_P(SharedLockerModes, AWaitingWriterKeepsNewReadersOutAndGetsItWhenTheReader
 
 TEST_P(SharedLockerModes, ThreadsOfOneProcessShareOneReadHoldAndAWriterThreadWaitsForAllOfThem) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-threads", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-threads", GetParam()));
     const auto rw = unique_name("rw-threads");
     simba::SharedLocker s(factory, rw, "S", lease(3000ms, 1000ms));
     constexpr int kReaders = 4;
@@ -145,7 +139,7 @@ TEST_P(SharedLockerModes, ThreadsOfOneProcessShareOneReadHoldAndAWriterThreadWai
 
 TEST_P(SharedLockerModes, ADowngradeKeepsTheFenceAndLetsReadersInWithoutAGap) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-down", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-down", GetParam()));
     const auto rw = unique_name("rw-down");
     simba::SharedLocker w(factory, rw, "W", lease(3000ms, 1000ms));
     simba::SharedLocker r(factory, rw, "R", lease(3000ms, 1000ms));
@@ -203,7 +197,7 @@ TEST(SharedLocker, SetupMistakesAreThrownAtOnce) {
 
 TEST_P(SharedLockerModes, ALostHoldStaysLostUntilUnlocked) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-lost", GetParam()));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-lost", GetParam()));
     const auto rw = unique_name("rw-lost");
     simba::SharedLocker w(factory, rw, "W", lease(1000ms, 500ms));
     std::atomic<int> lost{0};
@@ -263,7 +257,7 @@ TEST(SharedLocker, AnAsynchronousLockAndACancelledOne) {
 
 TEST(SharedLocker, UnderASessionTheHoldIsKeptByKeepalivesAlone) {
     auto db = admin();
-    simba::pg::ContendServiceFactory factory("", options("rw-session", true));
+    simba::pg::ContendServiceFactory factory("", test_options("rw-session", true));
     const auto rw = unique_name("rw-session");
     simba::SharedLocker r(factory, rw, "R", lease(1000ms, 1000ms));
     r.lock_shared();
@@ -284,8 +278,7 @@ TEST(SharedLocker, UnderASessionTheHoldIsKeptByKeepalivesAlone) {
     r.unlock_shared();
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedLocker, SharedLockerModes, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Sessions" : "PerLock"; });
+INSTANTIATE_TEST_SUITE_P(SharedLocker, SharedLockerModes, ::testing::Bool(), session_mode_name);
 
 TEST(SharedLocker, ItsHoldPassesTheFenceCheckInTheCallersTransaction) {
     auto db = admin();

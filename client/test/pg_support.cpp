@@ -161,6 +161,14 @@ simba::pg::FactoryOptions test_options(const std::string& app_prefix) {
     return o;
 }
 
+simba::pg::FactoryOptions test_options(const std::string& app_prefix, bool sessions) {
+    auto o = test_options(app_prefix);
+    o.sessions = sessions;
+    return o;
+}
+
+std::string session_mode_name(const ::testing::TestParamInfo<bool>& p) { return p.param ? "Sessions" : "PerLock"; }
+
 simba::ContendOptions lease(std::chrono::milliseconds ttl, std::chrono::milliseconds transition) {
     simba::ContendOptions o;
     o.ttl = ttl;

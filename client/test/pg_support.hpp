@@ -109,8 +109,15 @@ int env_int(const char* name, int fallback);
 /// Threads of this process (/proc/self/task).
 int thread_count();
 
-/// Factory options for tests: a unique application_name, fast reconnects.
+/// Factory options for tests: a unique application_name, fast reconnects
+/// (and FactoryOptions::sessions as given).
 simba::pg::FactoryOptions test_options(const std::string& app_prefix);
+simba::pg::FactoryOptions test_options(const std::string& app_prefix, bool sessions);
+
+/// A suite run once with sessions and once with a lease per lock
+/// (INSTANTIATE_TEST_SUITE_P(..., ::testing::Bool(), session_mode_name)).
+class SessionModes : public ::testing::TestWithParam<bool> {};
+std::string session_mode_name(const ::testing::TestParamInfo<bool>& p);
 
 /// Service options with this ttl and transition, the rest default.
 simba::ContendOptions lease(std::chrono::milliseconds ttl, std::chrono::milliseconds transition);
