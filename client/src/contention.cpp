@@ -102,7 +102,8 @@ std::vector<bool> Contention::release(std::vector<ServicePtr>& owners) {
         const std::vector<ServicePtr> chunk(from, to);
         const auto names = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->mutex; });
         const auto ids = array_literal(chunk, [](const ServicePtr& s) -> const std::string& { return s->id; });
-        const auto fair = array_literal(chunk, [](const ServicePtr& s) { return std::string(s->options.fair ? "t" : "f"); });
+        const auto fair =
+            array_literal(chunk, [](const ServicePtr& s) { return std::string(s->options.fair ? "t" : "f"); });
         metrics_.count_release_statement(chunk.size());
         auto watch = watchdog_.watch(conn_.stmt().sock());
         pqxx::nontransaction tx(conn_.stmt());
@@ -375,7 +376,8 @@ void Contention::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
     if (channel == svc->wake_channel) return;
     // An identifier the server made ("simba_fair_" and hex digits): LISTEN quotes it as it is.
     const bool plain = !channel.empty() && channel.size() < 64 &&
-                       std::all_of(channel.begin(), channel.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+                       std::all_of(channel.begin(), channel.end(),
+                                   [](unsigned char c) { return std::isalnum(c) || c == '_'; });
     if (!plain) return log(LogLevel::warning, "ignoring the fair lock's wake channel \"" + channel + "\"");
     if (!svc->wake_channel.empty()) {
         channels_.erase(svc->wake_channel);
@@ -392,8 +394,12 @@ void Contention::woken(const std::vector<std::string>& channels) {
         if (it == channels_.end()) continue;
         auto& s = it->second;
         // Its turn came, or its LISTEN just took effect (a release before
-        // it was not heard): it asks now, NOTIFY's rate limit applies.
-        s->notified_at = now;
+        // it was not heard): it asks now, NOTIFY's rate limit applies. (Anyone
+        // may NOTIFY: a holder only checks its tenure.)
+        if (!s->last.is_owner(s->id))
+            s->notified_at = now;
+        else
+            s->verify = true;
         if (auto at = s->notify.admit(now, s->next_at, options_.notify_min_interval)) schedule(s, *at);
     }
 }

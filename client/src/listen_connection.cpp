@@ -67,7 +67,8 @@ short ListenConnection::events() const {
 
 SteadyClock::time_point ListenConnection::next_step(SteadyClock::duration ping_interval) const {
     if (state_ == State::closed) return SteadyClock::time_point::max();
-    if (state_ == State::ready && !in_flight_) return channels_pending() ? SteadyClock::time_point{} : last_reply_ + ping_interval;
+    if (state_ == State::ready && !in_flight_)
+        return channels_pending() ? SteadyClock::time_point{} : last_reply_ + ping_interval;  // a channel to send now
     return deadline_;
 }
 

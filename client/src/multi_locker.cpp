@@ -189,7 +189,9 @@ bool MultiLocker::is_owner() const { return s_ && lease().has_value(); }
 
 void MultiLocker::on_lost(std::function<void()> callback) { state().hold->set_on_lost(std::move(callback)); }
 
-void MultiLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) { state().hold->set_on_suspended(std::move(callback)); }
+void MultiLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) {
+    state().hold->set_on_suspended(std::move(callback));
+}
 
 void MultiLocker::on_resumed(std::function<void()> callback) { state().hold->set_on_resumed(std::move(callback)); }
 

@@ -175,7 +175,9 @@ std::int64_t SharedLocker::fence() const {
 
 void SharedLocker::on_lost(std::function<void()> callback) { state().hold->set_on_lost(std::move(callback)); }
 
-void SharedLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) { state().hold->set_on_suspended(std::move(callback)); }
+void SharedLocker::on_suspended(std::function<void(SteadyClock::time_point)> callback) {
+    state().hold->set_on_suspended(std::move(callback));
+}
 
 void SharedLocker::on_resumed(std::function<void()> callback) { state().hold->set_on_resumed(std::move(callback)); }
 
