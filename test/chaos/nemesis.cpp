@@ -4,7 +4,9 @@
 // mutex has an owner, then alternates faults with quiet periods until
 // --duration-s is over; then stops the workers (SIGTERM, SIGKILL after 15 s).
 // Faults (--kinds, used in turn):
-//   kill     SIGKILL the process that owns a random mutex; a new worker replaces it
+//   kill     SIGKILL the process that owns a random mutex (of --mutexes and
+//            --targets) or holds a --rwlocks read-write lock; a new worker
+//            replaces it
 //   stop     SIGSTOP that owner until its lease has ended on the server clock
 //            (+ --stop-extra-ms), then SIGCONT
 //   term     pg_terminate_backend on 4 random client backends (statement, LISTEN, ledger)
@@ -68,6 +70,8 @@ struct Args {
     std::vector<std::string> kinds{"kill", "stop", "term", "restart", "listen"};
     std::vector<std::string> worker_args;
     std::vector<std::string> mutexes{"chaos-a", "chaos-b", "chaos-c"};
+    std::vector<std::string> targets;  // more mutexes whose owners are fault targets
+    std::vector<std::string> rwlocks;  // read-write locks whose holders are fault targets
     std::string pgdata, pgbin, pglog, pguser;
     std::string fault_cmd;
     int fault_timeout_s = 120;
@@ -86,7 +90,11 @@ void add_options(CLI::App& cli, Args& a) {
     // Built-in kinds: kill, stop, term, restart, listen; any other goes to --fault-cmd.
     cli.add_option("--kinds", a.kinds, "faults, in turn (comma-separated)")->delimiter(',');
     cli.add_option("--worker-arg", a.worker_args, "passed on to every worker (repeatable; --worker-arg=--flag)");
-    cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated)")->delimiter(',');
+    cli.add_option("--mutexes", a.mutexes, "mutexes (comma-separated): every one must have an owner")->delimiter(',');
+    cli.add_option("--targets", a.targets, "more mutexes whose owners faults may target (comma-separated)")
+        ->delimiter(',');
+    cli.add_option("--rwlocks", a.rwlocks, "read-write locks whose holders faults may target (comma-separated)")
+        ->delimiter(',');
     cli.add_option("--pgdata", a.pgdata, "the server's data directory (restart)");
     cli.add_option("--pgbin", a.pgbin, "PostgreSQL's bin directory");
     cli.add_option("--pglog", a.pglog, "pg_ctl's log file");
@@ -237,12 +245,13 @@ private:
     }
 
     struct Owner {
-        std::string mutex, id;
+        std::string mutex, id;  // mutex: the lock's name (a read-write lock's too)
         pid_t pid = -1;
         std::int64_t transition_us = 0;
     };
 
-    /// Live owners (lease not over on the server clock) that are our workers.
+    /// Live owners (lease not over on the server clock) that are our workers:
+    /// of the mutexes and targets, and the holders of the read-write locks.
     std::vector<Owner> owners() {
         std::vector<Owner> out;
         try {
@@ -251,9 +260,28 @@ private:
             auto r = tx.exec(
                 "SELECT mutex, owner_id, (extract(epoch FROM transition_at) * 1000000)::int8 FROM simba_mutex_status"
                 " WHERE owner_id IS NOT NULL ORDER BY mutex");  // the view: live leases, or their session's
+            std::vector<Owner> found;
             for (const auto& row : r) {
                 Owner o{row[0].as<std::string>(), row[1].as<std::string>(), -1, row[2].as<std::int64_t>()};
-                if (std::find(a_.mutexes.begin(), a_.mutexes.end(), o.mutex) == a_.mutexes.end()) continue;
+                if (std::find(a_.mutexes.begin(), a_.mutexes.end(), o.mutex) == a_.mutexes.end() &&
+                    std::find(a_.targets.begin(), a_.targets.end(), o.mutex) == a_.targets.end())
+                    continue;
+                found.push_back(o);
+            }
+            if (!a_.rwlocks.empty()) {
+                // A hold under a session ends with the session; its row's own times are only for show.
+                auto h = tx.exec(
+                    "SELECT h.rwlock, h.owner_id, (extract(epoch FROM coalesce(s.transition_at, h.transition_at))"
+                    " * 1000000)::int8 FROM simba_rwlock_holder AS h"
+                    " LEFT JOIN simba_session_lease AS s ON s.session_id = h.session_id"
+                    " WHERE h.mode IN ('read', 'write') AND coalesce(s.transition_at, h.transition_at) > clock_timestamp()"
+                    " ORDER BY h.rwlock, h.owner_id");
+                for (const auto& row : h) {
+                    Owner o{row[0].as<std::string>(), row[1].as<std::string>(), -1, row[2].as<std::int64_t>()};
+                    if (std::find(a_.rwlocks.begin(), a_.rwlocks.end(), o.mutex) != a_.rwlocks.end()) found.push_back(o);
+                }
+            }
+            for (auto& o : found) {
                 long pid = chaos::pid_of_contender(o.id);
                 for (auto& [slot, p] : slots_)
                     if (p == pid) o.pid = p;
@@ -272,7 +300,10 @@ private:
     bool wait_all_owned(Clock::duration bound) {
         auto end = Clock::now() + bound;
         while (Clock::now() < end && !g_interrupted.load()) {
-            if (owners().size() == a_.mutexes.size()) return true;
+            std::set<std::string> owned;
+            for (auto& o : owners())
+                if (std::find(a_.mutexes.begin(), a_.mutexes.end(), o.mutex) != a_.mutexes.end()) owned.insert(o.mutex);
+            if (owned.size() == a_.mutexes.size()) return true;
             std::this_thread::sleep_for(milliseconds(50));
         }
         return false;
@@ -281,8 +312,16 @@ private:
     std::optional<Owner> random_owner(Clock::duration bound) {
         auto end = Clock::now() + bound;
         while (Clock::now() < end && !g_interrupted.load()) {
-            auto os = owners();
-            if (!os.empty()) return os[std::uniform_int_distribution<std::size_t>(0, os.size() - 1)(rng_)];
+            // A lock first, then one of its holders: the many readers of a
+            // read-write lock do not crowd out the mutexes' owners.
+            std::map<std::string, std::vector<Owner>> by_lock;
+            for (auto& o : owners()) by_lock[o.mutex].push_back(o);
+            if (!by_lock.empty()) {
+                auto it = std::next(by_lock.begin(),
+                                    static_cast<long>(std::uniform_int_distribution<std::size_t>(0, by_lock.size() - 1)(rng_)));
+                auto& os = it->second;
+                return os[std::uniform_int_distribution<std::size_t>(0, os.size() - 1)(rng_)];
+            }
             std::this_thread::sleep_for(milliseconds(50));
         }
         return std::nullopt;
