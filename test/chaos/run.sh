@@ -8,11 +8,12 @@
 # nemesis: fsync = on, synchronous_commit = on, plus track_commit_timestamp
 # (the checker orders ledger rows and grants by commit time) and
 # simba.history = on (the server's record of every change of hands).
-# Then 8 workers contend for 3 mutexes (ttl 1 s, transition 500 ms) while the
+# Then 8 workers contend for 3 mutexes (ttl 1 s, transition 500 ms), and each
+# takes a read-write lock, a multi-lock and a fair lock too, while the
 # nemesis injects kill / stop / term / restart / listen faults in turn with
 # quiet periods between, and the checker prints its report at the end.
 #
-# --control: the workers skip simba_fence_check and the only fault is SIGSTOP
+# --control: the workers skip every fence check and the only fault is SIGSTOP
 # of an owner in the middle of its write; the run passes only if the checker
 # reports stale writes. Logs are kept on failure (or with SIMBA_CHAOS_KEEP=1).
 set -euo pipefail
@@ -48,10 +49,8 @@ psql_q -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit 
   -c "ALTER SYSTEM SET full_page_writes = on" -c "ALTER SYSTEM SET track_commit_timestamp = on"
 as_pg "$SIMBA_PG_BIN/pg_ctl" -D "$SIMBA_PGDATA" -m fast -w -t 60 -l "$pglog" restart >/dev/null
 psql_q -c "CREATE EXTENSION IF NOT EXISTS simba" \
-  -c "ALTER DATABASE $PGDATABASE SET simba.history = on" \
-  -c "CREATE TABLE ledger (id bigserial PRIMARY KEY, mutex text NOT NULL, writer text NOT NULL,
-        fence bigint NOT NULL, worker int NOT NULL, seq bigint NOT NULL,
-        written_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+  -c "ALTER DATABASE $PGDATABASE SET simba.history = on"
+psql_q -f "$here/setup.sql"  # the ledgers, and the audit of read-write holds and fair queues
 psql_q -At -c "SELECT 'server: ' || version() || ', fsync=' || current_setting('fsync')
   || ', synchronous_commit=' || current_setting('synchronous_commit')
   || ', track_commit_timestamp=' || current_setting('track_commit_timestamp')"
@@ -67,6 +66,11 @@ trap cleanup EXIT
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$logdir" --conninfo "" --duration-s "$duration" --worker-arg=--hold-ms --worker-arg 3000
   --pgdata "$SIMBA_PGDATA" --pgbin "$SIMBA_PG_BIN" --pglog "$pglog")
+# Every worker also runs the new primitives' lockers, whose holders are fault
+# targets too: a read-write lock, a multi-lock over two of the mutexes and one
+# of its own, a fair lock.
+nemesis+=(--worker-arg=--rwlock --worker-arg chaos-rw --worker-arg=--multi --worker-arg chaos-b,chaos-c,chaos-m
+  --worker-arg=--fair --worker-arg chaos-fair --targets chaos-m,chaos-fair --rwlocks chaos-rw)
 [ -n "$pguser" ] && nemesis+=(--pguser "$pguser")
 checker=("$bin_dir/simba_chaos_checker" --logdir "$logdir" --conninfo "" --bound-ms 8000)
 if [ "$control" = 1 ]; then
