@@ -173,11 +173,21 @@ bool is_grant(const std::string& e) { return e == "acquired" || e == "taken_over
 class Violations {
 public:
     explicit Violations(std::string name) : name_(std::move(name)) {}
-    void add(const std::string& what) {
-        if (count_ < 8) examples_.push_back(what);
+    /// `kind`: one of an invariant's parts; each gets up to 3 examples.
+    void add(const std::string& what, const std::string& kind = "") {
+        auto& n = kinds_[kind];
+        if (n < (kind.empty() ? 8 : 3)) examples_.push_back(kind.empty() ? what : kind + ": " + what);
+        ++n;
         ++count_;
     }
     long count() const { return count_; }
+    /// ", by part: kind n, ..." when the violations have parts.
+    std::string parts() const {
+        std::string out;
+        for (auto& [k, n] : kinds_)
+            if (!k.empty()) out += (out.empty() ? "; by part: " : ", ") + k + " " + std::to_string(n);
+        return out;
+    }
     void print_examples() const {
         for (auto& e : examples_) std::cout << "      " << name_ << ": " << e << "\n";
         if (count_ > static_cast<long>(examples_.size()))
@@ -188,6 +198,7 @@ private:
     std::string name_;
     long count_ = 0;
     std::vector<std::string> examples_;
+    std::map<std::string, long> kinds_;
 };
 
 std::string ms(i64 ns) {
@@ -895,9 +906,10 @@ private:
                                 ++rw_write_grants_;
                                 if (e.fence <= last)
                                     v7_.add(lock + ": writer " + e.owner + " granted fence " + std::to_string(e.fence) +
-                                            " after fence " + std::to_string(last));
+                                                " after fence " + std::to_string(last),
+                                            "record");
                                 if (!granted.insert(e.fence).second)
-                                    v7_.add(lock + ": write fence " + std::to_string(e.fence) + " granted twice");
+                                    v7_.add(lock + ": write fence " + std::to_string(e.fence) + " granted twice", "record");
                                 last = std::max(last, e.fence);
                                 epochs[lock].push_back({e.commit_us, e.fence});
                             }
@@ -914,7 +926,8 @@ private:
                 }
                 if (!writer.empty() && n > 0)
                     v7_.add(lock + ": at the commit of " + stamp(e.commit_us) + " the server's holder rows show " +
-                            writer + " writing beside " + others);
+                                writer + " writing beside " + others,
+                            "record");
             }
         }
         rw_server_holds_ = static_cast<long>(rw_holds_server_.size());
@@ -960,11 +973,13 @@ private:
                 !judge(through, epoch(r->rwlock, r->commit_us, true), why2)) {
                 ++rw_stale_;
                 v7_.add("rw_ledger row " + std::to_string(r->id) + " (" + r->rwlock + ", " + r->mode + ", writer " +
-                        r->writer + ", fence " + std::to_string(r->fence) + ") committed while " + why);
+                            r->writer + ", fence " + std::to_string(r->fence) + ") committed while " + why,
+                        "rows");
             }
             if (fails_.count({r->worker, r->seq}))
                 v7_.add("rw_ledger row " + std::to_string(r->id) + " was written by a write its worker saw fail (worker " +
-                        std::to_string(r->worker) + " seq " + std::to_string(r->seq) + ")");
+                            std::to_string(r->worker) + " seq " + std::to_string(r->seq) + ")",
+                        "rows");
         }
         // (c) the holds the workers reported: against the server's record,
         // and writers against everyone else on the steady clock alone.
@@ -978,18 +993,22 @@ private:
             auto it = rw_holds_server_.find({s.rwlock, me, s.since_us});
             if (it == rw_holds_server_.end()) {
                 v7_.add(who + " reported a " + s.mode + " hold of " + s.rwlock + " acquired at " + stamp(s.since_us) +
-                        " that the server never granted (seq " + std::to_string(s.seq) + ")");
+                            " that the server never granted (seq " + std::to_string(s.seq) + ")",
+                        "reports");
                 continue;
             }
             const RwHold& h = it->second;
             if (h.fence != s.fence || (s.mode == "write" && !h.wrote))
                 v7_.add(who + " reported " + s.rwlock + " held for " + s.mode + " with fence " + std::to_string(s.fence) +
-                        ", a hold the server granted " + (h.wrote ? "for writing" : "for reading") + " with fence " +
-                        std::to_string(h.fence));
+                            ", a hold the server granted " + (h.wrote ? "for writing" : "for reading") + " with fence " +
+                            std::to_string(h.fence),
+                        "reports");
             const i64 end = s.mode == "write" ? h.write_end : h.end;
             if (end != LLONG_MAX && s.before + off_lo_ >= end * 1000)
-                v7_.add(who + " reported " + s.rwlock + " held for " + s.mode + " " + ms(s.before + off_lo_ - end * 1000) +
-                        " after the server ended that (seq " + std::to_string(s.seq) + ")");
+                v7_.add(who + " reported " + s.rwlock + " held for " + s.mode + " " +
+                            ms(s.before + off_lo_ - end * 1000) + " after the server ended that (seq " +
+                            std::to_string(s.seq) + ")",
+                        "reports");
             auto& sp = spans[{s.rwlock, me, s.since_us, s.mode}];
             sp.first_after = std::min(sp.first_after, s.after);
             sp.last_before = std::max(sp.last_before, s.before);
@@ -1002,14 +1021,17 @@ private:
             const auto& [lock, owner, since, mode] = *order[i].first;
             if (mode != "write") continue;
             const Span& w = *order[i].second;
-            for (auto& [k, sp] : order) {
+            for (std::size_t j = 0; j < order.size(); ++j) {
+                const auto& [k, sp] = order[j];
                 if (sp->first_after >= w.last_before) break;  // began after the writer's last observation
                 const auto& [lock2, owner2, since2, mode2] = *k;
                 if (lock2 != lock || (owner2 == owner && since2 == since)) continue;
+                if (mode2 == "write" && j < i) continue;  // that writer's pass found it
                 const i64 overlap = std::min(w.last_before, sp->last_before) - std::max(w.first_after, sp->first_after);
                 if (overlap > 0)
                     v7_.add(lock + ": " + owner + " was seen writing while " + owner2 + " was seen holding it for " +
-                            mode2 + ", for " + ms(overlap));
+                                mode2 + ", for " + ms(overlap),
+                            "overlaps");
             }
         }
         rw_spans_ = static_cast<long>(spans.size());
@@ -1093,8 +1115,9 @@ private:
                 for (auto& [o, e] : s) {
                     if (o == g.owner || e.end_us <= g.at_us || e.enqueued_us >= place) continue;
                     v9_.add(m + ": fence " + std::to_string(g.fence) + " granted to " + g.owner + " at " + stamp(g.at_us) +
-                            " (its place " + stamp(place) + ") while " + o + ", queued since " + stamp(e.enqueued_us) +
-                            ", was live until " + stamp(e.end_us));
+                                " (its place " + stamp(place) + ") while " + o + ", queued since " + stamp(e.enqueued_us) +
+                                ", was live until " + stamp(e.end_us),
+                            "order");
                     ++fair_jumped_;
                 }
                 ++fair_grants_judged_;
@@ -1126,8 +1149,9 @@ private:
         }
         ++fair_lapse_judged_;
         v9_.add(m + ": " + e.owner + " (worker " + std::to_string(w) + ") lost its place, queued since " +
-                stamp(e.since_us) + ": no renewal after " + stamp(e.renewed_us) + ", dropped at " + stamp(e.at_us) +
-                ", while its lock() waited and no fault explains it");
+                    stamp(e.since_us) + ": no renewal after " + stamp(e.renewed_us) + ", dropped at " + stamp(e.at_us) +
+                    ", while its lock() waited and no fault explains it",
+                "place");
     }
 
     int report() {
@@ -1165,7 +1189,9 @@ private:
         std::cout << "  clock:       server - steady offset known within " << (off_hi_ - off_lo_) / 1000 << " us"
                   << (off_lo_ > off_hi_ ? "  (INCONSISTENT: the wall clock stepped)" : "") << "\n";
         auto line = [](const char* name, const Violations& v, const std::string& extra) {
-            std::cout << "  " << name << v.count() << " violations" << extra << "\n";
+            std::string e = extra;
+            if (!v.parts().empty() && !e.empty() && e.back() == ')') e.insert(e.size() - 1, v.parts());
+            std::cout << "  " << name << v.count() << " violations" << e << "\n";
             v.print_examples();
         };
         line("(1) one owner at a time:         ", v1_,
