@@ -1259,8 +1259,8 @@ private:
             bool seen = stale > 0;
             std::cout << "  RESULT: " << (seen ? "PASS" : "FAIL") << " (control run: stale writes "
                       << (seen ? "detected: " + std::to_string(stale) + " (" + std::to_string(stale_rows_) +
-                                     " ledger rows, of them " + std::to_string(multi_stale_) +
-                                     " multi-lock writes; " + std::to_string(rw_stale_) + " rw_ledger rows)"
+                                     " ledger rows, " + std::to_string(multi_stale_) + " multi-lock writes among them; " +
+                                     std::to_string(rw_stale_) + " rw_ledger rows)"
                                : "NOT detected")
                       << ")\n";
             rc = seen ? 0 : 1;

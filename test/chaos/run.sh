@@ -74,9 +74,10 @@ nemesis+=(--worker-arg=--rwlock --worker-arg chaos-rw --worker-arg=--multi --wor
 [ -n "$pguser" ] && nemesis+=(--pguser "$pguser")
 checker=("$bin_dir/simba_chaos_checker" --logdir "$logdir" --conninfo "" --bound-ms 8000)
 if [ "$control" = 1 ]; then
-  # Long work inside each write transaction: a SIGSTOP nearly always lands mid-write.
+  # Long work inside each write transaction, the lockers' writes back to back
+  # too: a SIGSTOP nearly always lands mid-write.
   nemesis+=(--kinds stop --quiet-ms "${quiet_ms:-3000}" --worker-arg=--no-fence-check
-    --worker-arg=--work-ms --worker-arg 20)
+    --worker-arg=--work-ms --worker-arg 20 --worker-arg=--locker-pause-ms --worker-arg 3)
   checker+=(--expect-stale --label "chaos control (no fence check)")
 else
   nemesis+=(--kinds kill,stop,term,restart,listen --quiet-ms "${quiet_ms:-6000}")
