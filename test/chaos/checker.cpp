@@ -133,11 +133,12 @@ struct RwRow {
     int worker;
     i64 seq, commit_us;
 };
-struct Audit {  // a change of a simba_rwlock_holder or simba_mutex_queue row (chaos_audit)
+struct Audit {  // a change of a simba_rwlock_holder or simba_mutex_queue row, or a grant of a simba_mutex row
     i64 id;
     std::string tbl, op, name, owner, mode, old_mode;
     i64 fence, since_us, transition_us, renewed_us, old_fence, old_since_us, at_us, commit_us;
     std::string xid;
+    i64 origin_us;  // the row's clock_origin
 };
 struct Wait {  // a fair Locker's lock() call, steady ns
     int w;
@@ -332,6 +333,8 @@ private:
             } else if (t == "rwacq" && f.size() >= 7) {
                 ++rw_holds_;
                 if (f[3] == "write") ++rw_write_holds_;
+            } else if ((t == "rwtimeout" && f.size() >= 5) || (t == "mtimeout" && f.size() >= 3)) {
+                ++(t == "rwtimeout" ? rw_timeouts_ : multi_timeouts_);
             } else if (t == "rwdown" && f.size() >= 6) {
                 ++rw_downgrades_;
             } else if (t == "rwinv" && f.size() >= 9) {
@@ -470,12 +473,13 @@ private:
                      " coalesce((" + row + " ->> 'fence')::int8, -1), " + at(row + " ->> " + since) + ", " +
                      at(row + " ->> 'transition_at'") + ", " + at(row + " ->> 'renewed_at'") +
                      ", coalesce((a.old ->> 'fence')::int8, -1), " + at("a.old ->> " + since) + ", " + at("a.at") +
-                     ", " + at("pg_xact_commit_timestamp(a.xmin)") + ", a.xmin::text FROM chaos_audit AS a ORDER BY a.id")) {
+                     ", " + at("pg_xact_commit_timestamp(a.xmin)") + ", a.xmin::text, " + at(row + " ->> 'clock_origin'") +
+                     " FROM chaos_audit AS a ORDER BY a.id")) {
                 if (r[14].as<i64>() < 0) throw std::runtime_error("chaos_audit row without commit timestamp");
                 audit_.push_back({r[0].as<i64>(), r[1].as<std::string>(), r[2].as<std::string>(), r[3].as<std::string>(),
                                   r[4].as<std::string>(), r[5].as<std::string>(), r[6].as<std::string>(), r[7].as<i64>(),
                                   r[8].as<i64>(), r[9].as<i64>(), r[10].as<i64>(), r[11].as<i64>(), r[12].as<i64>(),
-                                  r[13].as<i64>(), r[14].as<i64>(), r[15].as<std::string>()});
+                                  r[13].as<i64>(), r[14].as<i64>(), r[15].as<std::string>(), r[16].as<i64>()});
             }
             // Commit order; a transaction's own changes in the order it made them.
             std::stable_sort(audit_.begin(), audit_.end(), [](const Audit& x, const Audit& y) {
@@ -1069,16 +1073,21 @@ private:
 
     // ------------------------------------------------------------ fair lock
     struct Entry {  // a queue entry as it stands
-        i64 enqueued_us, end_us;
+        i64 enqueued_us, renewed_us, transition_us, origin_us;
+        // Its lease end on the clock of `origin` (SIMBA_LEASE_END): a row
+        // of another clock counts again in full from `origin`.
+        i64 end(i64 origin) const {
+            return origin_us == origin ? transition_us : origin + (transition_us - renewed_us);
+        }
     };
 
     // (a) At each grant of a fair mutex: the queue as committed before it
     // (a withdrawal committed at the same instant counts as before: it
     // cannot invent a violation), judged at the grant's decision time (its
-    // acquired_at, simba's clock read before the call's row lock, as the
-    // server judges entries). An entry is live while that time is before its
-    // transition_at (a lease end the server never counts shorter). The
-    // grantee's place is its live entry's, or the grant's own time.
+    // acquired_at, simba's clock read before the call's row lock) on the
+    // grant's clock (its row's clock_origin), as the server judges entries:
+    // live while that time is before its lease end. The grantee's place is
+    // its live entry's, or the grant's own time.
     // (b) An entry dropped as lapsed (deleted at or after its
     // transition_at, not in a transaction that granted the mutex to its
     // owner) is judged if its waiter's lock() was in progress from before
@@ -1096,6 +1105,9 @@ private:
             for (auto& e : audit_)
                 if (e.tbl == "simba_mutex_queue" && e.name == m) ev.push_back(&e);
             std::set<std::pair<std::string, std::string>> granted_in;  // (transaction, owner)
+            std::map<i64, i64> origin_of;                                // fence -> the grant's clock origin
+            for (auto& e : audit_)
+                if (e.tbl == "simba_mutex" && e.name == m) origin_of[e.fence] = e.origin_us;
             std::map<std::string, Entry> q;
             std::size_t next = 0;
             for (auto& g : tl->second) {
@@ -1104,19 +1116,25 @@ private:
                 while (next < ev.size() && ev[next]->commit_us < g.commit_us) {
                     const Audit& e = *ev[next++];
                     if (e.op == "DELETE") q.erase(e.owner);
-                    else q[e.owner] = {e.since_us, e.transition_us};
+                    else q[e.owner] = {e.since_us, e.renewed_us, e.transition_us, e.origin_us};
+                }
+                auto origin = origin_of.find(g.fence);
+                if (origin == origin_of.end()) {  // (never: every grant is audited)
+                    ++fair_grants_unjudged_;
+                    continue;
                 }
                 auto s = q;
                 for (std::size_t j = next; j < ev.size() && ev[j]->commit_us == g.commit_us; ++j)
                     if (ev[j]->xid != g.xid && ev[j]->op == "DELETE") s.erase(ev[j]->owner);
                 i64 place = g.at_us;
                 auto me = s.find(g.owner);
-                if (me != s.end() && me->second.end_us > g.at_us) place = me->second.enqueued_us;
+                if (me != s.end() && me->second.end(origin->second) > g.at_us) place = me->second.enqueued_us;
                 for (auto& [o, e] : s) {
-                    if (o == g.owner || e.end_us <= g.at_us || e.enqueued_us >= place) continue;
+                    const i64 end = e.end(origin->second);
+                    if (o == g.owner || end <= g.at_us || e.enqueued_us >= place) continue;
                     v9_.add(m + ": fence " + std::to_string(g.fence) + " granted to " + g.owner + " at " + stamp(g.at_us) +
                                 " (its place " + stamp(place) + ") while " + o + ", queued since " + stamp(e.enqueued_us) +
-                                ", was live until " + stamp(e.end_us),
+                                ", was live until " + stamp(end),
                             "order");
                     ++fair_jumped_;
                 }
@@ -1167,9 +1185,10 @@ private:
                   << " re-reported after a deadline release) and " << rels_ << " releases reported to workers\n";
         if (!rw_ids_.empty() || !multi_members_.empty() || !fair_mutexes_.empty())
             std::cout << "  lockers:     read-write " << rw_holds_ << " holds (" << rw_write_holds_ << " writing, "
-                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes; multi-lock " << multi_holds_
-                      << " holds, " << multi_invoked_ << " writes; fair " << fair_holds_ << " holds after "
-                      << fair_waits_ << " waits\n";
+                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes, " << rw_timeouts_
+                      << " waits begun anew; multi-lock " << multi_holds_ << " holds, " << multi_invoked_ << " writes, "
+                      << multi_timeouts_ << " waits begun anew; fair " << fair_holds_ << " holds after " << fair_waits_
+                      << " waits\n";
         std::cout << "  failures:   ";
         for (auto& [s, n] : fail_states_) std::cout << " " << s << "=" << n;
         std::cout << (fail_states_.empty() ? " none" : "") << "; client-library warnings/errors logged: " << lib_lines_
@@ -1231,7 +1250,8 @@ private:
         if (!fair_mutexes_.empty())
             line("(9) fair, in arrival order:      ", v9_,
                  " (" + std::to_string(fair_grants_judged_) + " grants judged against the live entries ahead, " +
-                     std::to_string(fair_jumped_) + " jumped; " + std::to_string(fair_lapses_) + " places lapsed: " +
+                     std::to_string(fair_jumped_) + " jumped" +
+                     (fair_grants_unjudged_ ? ", " + std::to_string(fair_grants_unjudged_) + " without a clock" : "") + "; " + std::to_string(fair_lapses_) + " places lapsed: " +
                      std::to_string(fair_lapse_judged_) + " while their waiter waited and no fault explains it, " +
                      std::to_string(fair_lapse_excused_) + " under a fault, " + std::to_string(fair_lapse_unwaited_) +
                      " with no waiter waiting)");
@@ -1317,7 +1337,7 @@ private:
     std::vector<Audit> audit_;
     std::map<std::tuple<std::string, std::string, i64>, RwHold> rw_holds_server_;
     long rw_holds_ = 0, rw_write_holds_ = 0, rw_downgrades_ = 0, rw_write_grants_ = 0, rw_server_holds_ = 0;
-    long rw_stale_ = 0, rw_claims_checked_ = 0, rw_spans_ = 0;
+    long rw_stale_ = 0, rw_claims_checked_ = 0, rw_spans_ = 0, rw_timeouts_ = 0, multi_timeouts_ = 0;
     std::map<std::string, std::vector<std::string>> multi_members_;  // multi-lock id -> members
     std::map<int, std::string> multi_id_of_;
     std::map<std::pair<int, i64>, std::vector<std::pair<std::string, i64>>> minv_;  // (worker, seq) -> members
@@ -1326,7 +1346,7 @@ private:
     std::map<std::pair<int, std::string>, i64> open_waits_;
     std::vector<Wait> waits_;
     long fair_waits_ = 0, fair_holds_ = 0, fair_grants_judged_ = 0, fair_jumped_ = 0, fair_lapses_ = 0;
-    long fair_lapse_judged_ = 0, fair_lapse_excused_ = 0, fair_lapse_unwaited_ = 0;
+    long fair_lapse_judged_ = 0, fair_lapse_excused_ = 0, fair_lapse_unwaited_ = 0, fair_grants_unjudged_ = 0;
     Violations v7_{"(7)"}, v8_{"(8)"}, v9_{"(9)"};
 };
 
