@@ -14,7 +14,11 @@
 // the same transaction shape, its check skipped with --no-fence-check):
 //   --rwlock NAME   a simba::SharedLocker: a random mix of read holds and
 //                   write holds (some downgraded half-way); while holding,
-//                   rows in rw_ledger checked by simba_rwlock_fence_check
+//                   rows in rw_ledger checked by simba_rwlock_fence_check.
+//                   Its waits, and the MultiLocker's, give up after
+//                   --locker-wait-ms and begin anew: a wait whose retry came
+//                   due while the factory was disconnected would never retry
+//                   (a client bug, test/chaos/README.md)
 //   --multi a,b,c   a simba::MultiLocker over those mutexes, taken only in
 //                   the multi window (--multi-period-ms, --multi-window-ms:
 //                   the steady clock, the same for every worker), in which
@@ -47,6 +51,7 @@
 //   rwunk  worker rwlock mode fence seq
 //   rwdown worker rwlock fence ok steady       (downgrade() returned ok = 1 or 0)
 //   rwrel  worker rwlock mode steady           (unlock() or unlock_shared() called)
+//   rwtimeout worker rwlock mode steady        (the wait gave up after --locker-wait-ms)
 // The multi-lock (MEMBERS: mutex:fence,... in byte order of the names):
 //   mid    worker contender_id mutex,mutex,...
 //   macq   worker steady acquired_us MEMBERS
@@ -55,6 +60,7 @@
 //   mfail  worker seq sqlstate
 //   munk   worker seq
 //   mrel   worker steady
+//   mtimeout worker steady                     (the wait gave up after --locker-wait-ms)
 // The fair lock (its writes are inv/ok/fail/unk lines of its mutex):
 //   fwait  worker mutex steady                 (lock() called)
 //   facq   worker mutex fence acquired_us steady   (lock() returned: held)
@@ -120,6 +126,7 @@ struct Args {
     int fair_transition_ms = 1000;
     int locker_hold_ms = 400;   // a locker holds H/2..3H/2 ms
     int locker_pause_ms = 40;   // between a locker's writes
+    int locker_wait_ms = 5000;  // a SharedLocker's or MultiLocker's wait is begun anew after this
 };
 
 /// Shuts down the ledger socket of a transaction past its deadline.
@@ -310,6 +317,8 @@ void add_options(CLI::App& cli, Args& a) {
     cli.add_option("--fair-transition-ms", a.fair_transition_ms, "the fair Locker's transition");
     cli.add_option("--locker-hold-ms", a.locker_hold_ms, "the lockers hold H/2..3H/2 ms");
     cli.add_option("--locker-pause-ms", a.locker_pause_ms, "pause between a locker's writes");
+    cli.add_option("--locker-wait-ms", a.locker_wait_ms,
+                   "a SharedLocker's or MultiLocker's wait gives up after this and begins anew");
 }
 
 /// The steady clock's position in the multi window (the same in every worker).
@@ -346,9 +355,14 @@ void rwlock_loop(Shared& sh, simba::SharedLocker& rw) {
     const std::string& id = rw.contender_id();
     while (!sh.stopping()) {
         const bool write = sh.uniform(rng, 0, 99) < a.rw_write_pct;
+        const auto wait = std::chrono::milliseconds(a.locker_wait_ms);
         try {
-            if (write) rw.lock();
-            else rw.lock_shared();
+            // Bounded: a wait whose retry came due while the factory was
+            // disconnected never retries (a client bug, test/chaos/README.md).
+            if (!(write ? rw.try_lock_for(wait) : rw.try_lock_shared_for(wait))) {
+                sh.out.write("rwtimeout", w, name, write ? "write" : "read", chaos::steady_ns());
+                continue;
+            }
         } catch (const simba::CancelledError&) {
             break;
         } catch (const std::exception& e) {
@@ -415,7 +429,11 @@ void multi_loop(Shared& sh, simba::MultiLocker& ml) {
             continue;
         }
         try {
-            ml.lock();
+            // Bounded, as the read-write lock's wait.
+            if (!ml.try_lock_for(std::chrono::milliseconds(a.locker_wait_ms))) {
+                sh.out.write("mtimeout", w, chaos::steady_ns());
+                continue;
+            }
         } catch (const simba::CancelledError&) {
             break;
         } catch (const std::exception& e) {
