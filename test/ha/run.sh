@@ -143,10 +143,8 @@ HA_DCS=$dcs  # for patroni_cluster.sh
 modes=$(ha_mode_text)
 ha_up
 lp=$(ha_var PG_PORT "$leader")
-ha_psql "$lp" -c "CREATE EXTENSION simba" -c "ALTER DATABASE postgres SET simba.history = on" \
-  -c "CREATE TABLE ledger (id bigserial PRIMARY KEY, mutex text NOT NULL, writer text NOT NULL,
-        fence bigint NOT NULL, worker int NOT NULL, seq bigint NOT NULL,
-        written_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+ha_psql "$lp" -c "CREATE EXTENSION simba" -c "ALTER DATABASE postgres SET simba.history = on"
+ha_psql "$lp" -f "$here/../chaos/setup.sql"  # the ledgers, the audit of read-write holds and fair queues
 echo "ha: $manager: $(for n in $ha_nodes; do printf '%s pg %s (clients via %s) ' \
   "$n" "$(ha_var PG_PORT "$n")" "$(ha_var CLIENT_PORT "$n")"; done); leader $leader;" \
   "$modes; $describe; up in ${SECONDS} s"
@@ -157,7 +155,9 @@ conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgre
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
   --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$ha_fault_script" --fault-timeout-s 120
-  --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000)
+  --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000
+  --worker-arg=--rwlock --worker-arg chaos-rw --worker-arg=--multi --worker-arg chaos-b,chaos-c,chaos-m
+  --worker-arg=--fair --worker-arg chaos-fair --targets chaos-m,chaos-fair --rwlocks chaos-rw)
 label="$ha_label ($modes)"
 checker_common=(--logdir "$dir/logs" --bound-ms "$bound_ms" --label "$label")
 [ "$mode" = async ] && checker_common+=(--expect-loss)
@@ -193,7 +193,9 @@ agree=1
 if [ "$settled" = 1 ]; then
   digest="SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(id || mutex || event || coalesce(owner_id, '')
       || fence)), 0) FROM simba_mutex_history) || ' / ' || (SELECT count(*) || ':'
-      || coalesce(sum(hashtext(id || mutex || writer || fence || seq)), 0) FROM ledger)"
+      || coalesce(sum(hashtext(id || mutex || writer || fence || seq)), 0) FROM ledger) || ' / ' || (SELECT count(*)
+      || ':' || coalesce(sum(hashtext(id || rwlock || writer || mode || fence || seq)), 0) FROM rw_ledger) || ' / '
+      || (SELECT count(*) || ':' || coalesce(sum(hashtext(id || op || coalesce(new, old)::text)), 0) FROM chaos_audit)"
   lp=$(ha_var PG_PORT "$leader")
   lsn=$(ha_psql "$lp" -At -c "SELECT pg_current_wal_lsn()")
   want=$(ha_psql "$lp" -At -c "$digest")
@@ -206,10 +208,10 @@ if [ "$settled" = 1 ]; then
     done
     got=$(ha_psql "$p" -At -c "$digest" 2>/dev/null || echo "(unreadable)")
     if [ "$got" != "$want" ]; then
-      agree=0; echo "ha: $n differs from the leader $leader: history/ledger $got, leader $want"
+      agree=0; echo "ha: $n differs from the leader $leader: history/ledger/rw_ledger/audit $got, leader $want"
     fi
   done
-  [ "$agree" = 1 ] && echo "ha: every node holds the leader's history and ledger (rows:digest $want)"
+  [ "$agree" = 1 ] && echo "ha: every node holds the leader's history, ledgers and audit (rows:digest $want)"
 fi
 # The TCK on the cluster, through the client proxies with the leader listed
 # last: every connection must skip the standbys (target_session_attrs).
