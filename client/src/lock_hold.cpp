@@ -142,6 +142,9 @@ void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
         {
             std::lock_guard<std::mutex> lock(s->m_);
             if (gen != s->gen_ || s->next_at_ != at || s->phase_ != phase) return;  // replaced, or ended
+            // Due now: the step may fail before its statement (no
+            // connection) and must be able to set the next one.
+            s->next_at_ = SteadyClock::time_point::max();
         }
         if (phase == Phase::waiting)
             s->attempt(gen);

@@ -302,3 +302,42 @@ TEST(SharedLocker, ItsHoldPassesTheFenceCheckInTheCallersTransaction) {
         EXPECT_THROW(simba::pg::rwlock_fence_check(tx, r.rwlock(), r.contender_id(), w.fence()), simba::NotOwnerError);
     }
 }
+
+TEST(SharedLocker, AWaitGoesOnAcrossAnOutageWhoseRetryFellDue) {
+    // A waiter's retry that comes due while its factory is disconnected is
+    // tried again once it reconnects, and a release after that wakes it.
+    auto db = admin();
+    ScratchDatabase scratch(*db, "rw-outage");
+    auto waiting_options = test_options("rw-outage-waiter");
+    simba::pg::ContendServiceFactory holder_factory(scratch.conninfo(), test_options("rw-outage-holder"));
+    simba::pg::ContendServiceFactory waiter_factory(scratch.conninfo(), waiting_options);
+    const auto rw = unique_name("rw-outage");
+    simba::SharedLocker w(holder_factory, rw, "W", lease(30000ms, 10000ms));
+    simba::SharedLocker r(waiter_factory, rw, "R", lease(30000ms, 10000ms));
+    w.lock();
+    std::atomic<bool> got{false};
+    std::thread t([&] {
+        try {
+            r.lock_shared();
+        } catch (const simba::CancelledError&) {
+            return;  // the test gave up on it
+        }
+        got = true;
+        r.unlock_shared();
+    });
+    ASSERT_FALSE(eventually([&] { return got.load(); }, 300ms));
+    {
+        // Its connections go and stay away past its next retry (every second).
+        scratch.refuse_connections();
+        pqxx::nontransaction tx(*db);
+        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                       waiting_options.application_name);
+    }
+    std::this_thread::sleep_for(1500ms);  // the outage: longer than the retry interval
+    scratch.refuse_connections(false);
+    ASSERT_TRUE(eventually([&] { return waiter_factory.connected(); }, 5s));
+    w.unlock();
+    EXPECT_TRUE(eventually([&] { return got.load(); }, 5s)) << "woken after the outage";
+    if (!got) r.cancel();
+    t.join();
+}
