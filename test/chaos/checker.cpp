@@ -626,28 +626,55 @@ private:
                 ++server_grants_;
                 if (e.fence <= last)
                     v2_.add(m + ": server granted fence " + std::to_string(e.fence) + " to " + e.owner + " after fence " +
-                            std::to_string(last));
-                if (!seen.insert(e.fence).second) v2_.add(m + ": fence " + std::to_string(e.fence) + " granted twice");
+                                std::to_string(last),
+                            "server");
+                if (!seen.insert(e.fence).second)
+                    v2_.add(m + ": fence " + std::to_string(e.fence) + " granted twice", "server");
                 last = std::max(last, e.fence);
             }
         }
-        // What the workers were told, in server time order.
+        // What the workers were told. A grant is decided after its
+        // acquired_at (simba's clock is read before the row lock, so a grant
+        // that waited through another's grant and release carries the earlier
+        // acquired_at) and before its holder heard of it; fences follow the
+        // decisions. So a larger fence heard of before a smaller one's
+        // acquired_at means the fences went back.
+        std::map<std::pair<std::string, i64>, i64> decided_after;  // (mutex, fence) -> the server's acquired_at
+        for (auto& e : hist_)
+            if (is_grant(e.event)) decided_after[{e.mutex, e.fence}] = e.at_us;
         std::map<std::string, std::vector<const Acq*>> by_mutex;
         for (auto& a : acqs_) by_mutex[a.mutex].push_back(&a);
         for (auto& [m, v] : by_mutex) {
-            std::sort(v.begin(), v.end(), [](const Acq* x, const Acq* y) {
-                return std::tie(x->acquired_us, x->fence) < std::tie(y->acquired_us, y->fence);
-            });
+            std::sort(v.begin(), v.end(), [](const Acq* x, const Acq* y) { return x->fence < y->fence; });
             std::map<i64, std::string> owner_of;
-            for (std::size_t i = 0; i < v.size(); ++i) {
-                auto [it, fresh] = owner_of.emplace(v[i]->fence, v[i]->owner);
-                if (!fresh && it->second != v[i]->owner) ++reissued_;
-                if (!fresh && it->second != v[i]->owner)
-                    v2_.add(m + ": fence " + std::to_string(v[i]->fence) + " was granted to both " + it->second +
-                            " and " + v[i]->owner + " (fence reissued)");
-                if (i > 0 && v[i]->fence <= v[i - 1]->fence && v[i]->owner != v[i - 1]->owner)
-                    v2_.add(m + ": " + v[i]->owner + " was granted fence " + std::to_string(v[i]->fence) +
-                            " after " + v[i - 1]->owner + " had fence " + std::to_string(v[i - 1]->fence));
+            for (auto* a : v) {
+                auto [it, fresh] = owner_of.emplace(a->fence, a->owner);
+                if (!fresh && it->second != a->owner) {
+                    ++reissued_;
+                    v2_.add(m + ": fence " + std::to_string(a->fence) + " was granted to both " + it->second + " and " +
+                                a->owner + " (fence reissued)",
+                            "reported");
+                }
+            }
+            const Acq* first_heard = nullptr;  // of the larger fences, the one heard of first
+            for (auto hi = v.rbegin(); hi != v.rend();) {
+                auto lo = hi;  // [hi, lo): the reports of one fence
+                while (lo != v.rend() && (*lo)->fence == (*hi)->fence) ++lo;
+                const Acq* group_first = nullptr;
+                for (auto i = hi; i != lo; ++i) {
+                    const Acq& a = **i;
+                    auto d = decided_after.find({m, a.fence});
+                    const i64 after_us = d != decided_after.end() ? d->second : a.acquired_us;
+                    if (first_heard && first_heard->steady_cb + off_hi_ < after_us * 1000)
+                        v2_.add(m + ": " + first_heard->owner + " heard of fence " +
+                                    std::to_string(first_heard->fence) + " " +
+                                    ms(after_us * 1000 - first_heard->steady_cb - off_hi_) + " before " + a.owner +
+                                    "'s fence " + std::to_string(a.fence) + " was decided",
+                                "reported");
+                    if (!group_first || a.steady_cb < group_first->steady_cb) group_first = &a;
+                }
+                if (!first_heard || group_first->steady_cb < first_heard->steady_cb) first_heard = group_first;
+                hi = lo;
             }
         }
     }
@@ -913,7 +940,8 @@ private:
                                                 " after fence " + std::to_string(last),
                                             "record");
                                 if (!granted.insert(e.fence).second)
-                                    v7_.add(lock + ": write fence " + std::to_string(e.fence) + " granted twice", "record");
+                                    v7_.add(lock + ": write fence " + std::to_string(e.fence) + " granted twice",
+                                            "record");
                                 last = std::max(last, e.fence);
                                 epochs[lock].push_back({e.commit_us, e.fence});
                             }
@@ -952,7 +980,8 @@ private:
         // changes of that instant before it and after it.
         std::vector<const RwRow*> rows;
         for (auto& r : rw_rows_) rows.push_back(&r);
-        std::stable_sort(rows.begin(), rows.end(), [](const RwRow* x, const RwRow* y) { return x->commit_us < y->commit_us; });
+        std::stable_sort(rows.begin(), rows.end(),
+                         [](const RwRow* x, const RwRow* y) { return x->commit_us < y->commit_us; });
         std::map<std::string, std::pair<RwTable, std::size_t>> at;  // lock -> (rows before, next event)
         for (const RwRow* r : rows) {
             auto& [t, next] = at[r->rwlock];
