@@ -334,7 +334,9 @@ struct Shared {
     std::atomic<std::int64_t> seq{0};  // one sequence per worker: (worker, seq) names a write
 
     std::int64_t next_seq() { return seq.fetch_add(1) + 1; }
-    int uniform(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, std::max(lo, hi))(rng); }
+    int uniform(std::mt19937& rng, int lo, int hi) {
+        return std::uniform_int_distribution<int>(lo, std::max(lo, hi))(rng);
+    }
     bool stopping() const { return g_stop.load(); }
 };
 
