@@ -18,7 +18,8 @@
 //      the ledger with its id, fence and writer; every grant a worker was
 //      told of (on_acquired) is in the server's history;
 //  (5) liveness: after each fault heals, every mutex is observed owned (a
-//      write loop's is_owner() or an on_acquired) within --bound-ms;
+//      write loop's is_owner() or an on_acquired) within --bound-ms; the
+//      fair lock's mutex and the read-write lock (any hold) too;
 //  (6) with --run-mutex (test/ha): `simba run` ran simba_chaos_run_cmd as
 //      CMD (its run-*.log): no two CMDs ran at once (the lock file they
 //      flock, and their spans on the steady clock), the fences CMDs were
@@ -333,8 +334,8 @@ private:
             } else if (t == "rwacq" && f.size() >= 7) {
                 ++rw_holds_;
                 if (f[3] == "write") ++rw_write_holds_;
-            } else if ((t == "rwtimeout" && f.size() >= 5) || (t == "mtimeout" && f.size() >= 3)) {
-                ++(t == "rwtimeout" ? rw_timeouts_ : multi_timeouts_);
+            } else if (t == "orphan" && f.size() >= 5) {
+                ++orphans_[f[2]];
             } else if (t == "rwdown" && f.size() >= 6) {
                 ++rw_downgrades_;
             } else if (t == "rwinv" && f.size() >= 9) {
@@ -795,6 +796,13 @@ private:
             mutexes.push_back(a_.run_mutex);
             for (i64 t : ticks_) obs[a_.run_mutex].push_back({t, t});
         }
+        // The fair lock and the read-write lock too (a multi-lock's members
+        // are mutexes above): a waiter stuck for good would show here.
+        mutexes.insert(mutexes.end(), fair_mutexes_.begin(), fair_mutexes_.end());
+        std::set<std::string> rwlocks;
+        for (auto& [k, id] : rw_ids_) rwlocks.insert(k.second);
+        mutexes.insert(mutexes.end(), rwlocks.begin(), rwlocks.end());
+        for (auto& s : rw_invs_) obs[s.rwlock].push_back({s.before, s.after});
         for (auto& [m, v] : obs) std::sort(v.begin(), v.end());
         std::vector<Fault> sorted = faults_;
         std::sort(sorted.begin(), sorted.end(), [](const Fault& x, const Fault& y) { return x.heal < y.heal; });
@@ -1214,10 +1222,10 @@ private:
                   << " re-reported after a deadline release) and " << rels_ << " releases reported to workers\n";
         if (!rw_ids_.empty() || !multi_members_.empty() || !fair_mutexes_.empty())
             std::cout << "  lockers:     read-write " << rw_holds_ << " holds (" << rw_write_holds_ << " writing, "
-                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes, " << rw_timeouts_
-                      << " waits begun anew; multi-lock " << multi_holds_ << " holds, " << multi_invoked_ << " writes, "
-                      << multi_timeouts_ << " waits begun anew; fair " << fair_holds_ << " holds after " << fair_waits_
-                      << " waits\n";
+                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes, " << orphans_["rwlock"]
+                      << " failed releases redone; multi-lock " << multi_holds_ << " holds, " << multi_invoked_
+                      << " writes, " << orphans_["multi"] << " failed releases redone; fair " << fair_holds_
+                      << " holds after " << fair_waits_ << " waits\n";
         std::cout << "  failures:   ";
         for (auto& [s, n] : fail_states_) std::cout << " " << s << "=" << n;
         std::cout << (fail_states_.empty() ? " none" : "") << "; client-library warnings/errors logged: " << lib_lines_
@@ -1366,7 +1374,8 @@ private:
     std::vector<Audit> audit_;
     std::map<std::tuple<std::string, std::string, i64>, RwHold> rw_holds_server_;
     long rw_holds_ = 0, rw_write_holds_ = 0, rw_downgrades_ = 0, rw_write_grants_ = 0, rw_server_holds_ = 0;
-    long rw_stale_ = 0, rw_claims_checked_ = 0, rw_spans_ = 0, rw_timeouts_ = 0, multi_timeouts_ = 0;
+    long rw_stale_ = 0, rw_claims_checked_ = 0, rw_spans_ = 0;
+    std::map<std::string, long> orphans_;  // failed releases the workers redid, by locker
     std::map<std::string, std::vector<std::string>> multi_members_;  // multi-lock id -> members
     std::map<int, std::string> multi_id_of_;
     std::map<std::pair<int, i64>, std::vector<std::pair<std::string, i64>>> minv_;  // (worker, seq) -> members
