@@ -37,6 +37,7 @@
 //   fail   worker mutex fence seq sqlstate
 //   unk    worker mutex fence seq             (COMMIT sent, connection lost: outcome unknown)
 //   lib    worker level message               (the client library's log)
+//   yield / unyield worker mutex steady        (a multi-lock member's service stood aside / contends again)
 //   stop   worker steady
 // The read-write lock:
 //   rwid   worker rwlock contender_id
