@@ -23,7 +23,8 @@ void Contention::start(const ServicePtr& svc, bool here) {
     svc->notified_at = {};
     svc->notify = {};
     svc->unknown = false;
-    svc->disowned = false;  // stop() released it
+    // `disowned` stays if stop()'s release failed: its first attempt gives
+    // that tenure back first.
     svc->session.clear();
     svc->verify = false;
     svc->queued = false;
@@ -61,21 +62,30 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         // that lasted until then would overlap the next holder's (issue 23).
         events_.end_locally(svc);
     }
+    bool released_all = false;
     if (!owners.empty() && conn_.up()) {
         try {
             // false: the lease had ended (expired or taken over) before this release.
             const auto released = release(owners);
             for (std::size_t i = 0; i < owners.size(); ++i)
                 MetricsCell::inc(released[i] ? owners[i]->metrics->released : owners[i]->metrics->late_releases);
+            released_all = true;
         } catch (const std::exception& e) {
             conn_.statement_failed(e, owners.size() == 1 ? "release of mutex " + owners[0]->mutex
                                                          : "release of " + std::to_string(owners.size()) + " mutexes");
         }
-    } else {
-        for (auto& svc : owners)
-            log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
-                                       " while disconnected: the lease will lapse on the server");
     }
+    // What was not released lapses on the server by itself, unless a session
+    // holds it: the session's keepalives would keep it for good.
+    std::vector<ServicePtr> owing;
+    if (!released_all)
+        for (auto& svc : owners) {
+            if (svc->session.empty())
+                log(LogLevel::warning, "stop of " + svc->id + " on mutex " + svc->mutex +
+                                           " without its release: the lease will lapse on the server");
+            else
+                owing.push_back(svc);
+        }
     for (auto& svc : svcs) {
         svc->last = MutexOwner::none(svc->mutex);
         svc->unknown = false;
@@ -83,7 +93,40 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         svc->queued = false;
         svc->session.clear();
     }
+    for (auto& svc : owing) {
+        svc->disowned = true;  // a restart gives it back first
+        owe([this, svc](pqxx::connection&) {
+            if (svc->disowned) release(svc, "owed release");
+            svc->disowned = false;
+        }, "release of mutex " + svc->mutex + " by " + svc->id + " (held under a session)");
+    }
     update_statement_timeout();
+}
+
+void Contention::owe(std::function<void(pqxx::connection&)> pay, std::string what) {
+    log(LogLevel::warning, what + " failed: sent again once it can be");
+    owed_.push_back({std::move(pay), std::move(what), SteadyClock::time_point{}});
+}
+
+/// Sends the releases owed whose turn has come; one that fails waits a
+/// retry delay (all of them, if the connection was lost).
+void Contention::pay_owed(SteadyClock::time_point now) {
+    for (auto it = owed_.begin(); it != owed_.end() && conn_.up();) {
+        if (it->at > now) {
+            ++it;
+            continue;
+        }
+        try {
+            it->pay(conn_.stmt());  // under the statement watchdog, as every statement
+            conn_.statement_ok();
+            log(LogLevel::info, it->what + ": sent");
+            it = owed_.erase(it);
+        } catch (const std::exception& e) {
+            if (conn_.statement_failed(e, it->what)) return;
+            it->at = now + options_.retry_delay;
+            ++it;
+        }
+    }
 }
 
 /// Releases `owners` by id, one statement per kReleaseBatchMax of them, in
@@ -154,6 +197,7 @@ bool Contention::give_back(const ServicePtr& svc) {
 }
 
 void Contention::run_due(SteadyClock::time_point now) {
+    if (!owed_.empty()) pay_owed(now);
     while (auto* l = conn_.up() ? sessions_.due(now) : nullptr) keepalive(*l);
     if (!conn_.up() || queue_.next_due() > now) return;
     auto batch = queue_.due_batch(now, options_.batch_window, static_cast<std::size_t>(options_.batch_max));

@@ -56,8 +56,16 @@ public:
     bool grant_in_session(const HolderPtr& holder, const std::function<bool(const SessionProof*)>& grant);
     /// `holder`'s permit is no longer held: its session no longer keeps it.
     void leave(const HolderPtr& holder);
-    /// When the next attempt or keepalive is due.
-    SteadyClock::time_point next_due() { return std::min(queue_.next_due(), sessions_.next_due()); }
+    /// A release that failed for something a session may hold (the
+    /// session's keepalives would keep it for good): `pay` sends it again
+    /// (throwing what its statement throws) until it succeeds.
+    void owe(std::function<void(pqxx::connection&)> pay, std::string what);
+    /// When the next attempt, keepalive or owed release is due.
+    SteadyClock::time_point next_due() {
+        auto at = std::min(queue_.next_due(), sessions_.next_due());
+        for (const auto& o : owed_) at = std::min(at, o.at);
+        return at;
+    }
 
     [[nodiscard]] const ServiceRegistry& registry() const { return registry_; }
     [[nodiscard]] std::size_t running() const { return registry_.all().size(); }
@@ -86,6 +94,7 @@ private:
     void close_session(SessionLease& l, const char* why);
     void suspend(SessionLease& l);
     void end_holders(SessionLease& l, const char* why);
+    void pay_owed(SteadyClock::time_point now);
     void listen_for(const ServicePtr& svc);
     void fair_reply(const ServicePtr& svc, const pqxx::row& row);
 
@@ -98,6 +107,12 @@ private:
     ServiceRegistry registry_;
     Sessions sessions_;  // used with options_.sessions
     std::unordered_map<std::string, ServicePtr> channels_;  // fair waiters by wake channel, while running
+    struct Owed {
+        std::function<void(pqxx::connection&)> pay;
+        std::string what;
+        SteadyClock::time_point at;  // not before
+    };
+    std::vector<Owed> owed_;
 };
 
 }  // namespace simba::pg::detail

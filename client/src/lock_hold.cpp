@@ -76,6 +76,7 @@ void LockHold::attempt(std::uint64_t gen) {
                 if (gen != self->gen_ || self->phase_ != Phase::waiting) return;
                 self->next_at_ = SteadyClock::time_point::max();
             }
+            self->pay_debt(c);  // an earlier hold's release that failed goes first
             HoldProof p;
             bool in_session = false;
             // Kept by the session from here if granted (end() leaves it).
@@ -261,10 +262,27 @@ bool LockHold::end() {
     try {
         return call<bool>(*io_, [self](pqxx::connection& c) { return self->st_->release(c); }, "lock");
     } catch (const std::exception& e) {
-        // Its lease lapses on the server by itself.
+        // Under a session the hold would never lapse: the release is owed,
+        // sent again until it succeeds, and before this lock's next attempt.
         log(LogLevel::warning, "release of " + st_->what() + " failed: " + e.what());
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            owed_ = true;
+        }
+        io_->owe([self](pqxx::connection& c) { self->pay_debt(c); }, "release of " + st_->what());
         return false;
     }
+}
+
+/// On the I/O thread: sends the release end() owes, if it still does.
+void LockHold::pay_debt(pqxx::connection& c) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (!owed_) return;
+    }
+    st_->release(c);
+    std::lock_guard<std::mutex> lock(m_);
+    owed_ = false;
 }
 
 // ------------------------------------------------------------- the hold
@@ -436,26 +454,31 @@ bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
     bool in_session;
     {
         std::lock_guard<std::mutex> lock(m_);
-        if (phase_ != Phase::held || SteadyClock::now() >= deadline_)
-            throw IllegalStateError(st_->what() + " is not held");
+        if (phase_ != Phase::held && phase_ != Phase::lost) throw IllegalStateError(st_->what() + " is not held");
+        if (phase_ == Phase::lost || SteadyClock::now() >= deadline_) return false;  // lost already: final
         gen = gen_;
         before = proof_;
         in_session = in_session_;
     }
     auto self = shared_from_this();
-    const auto p = call<HoldProof>(
-        *io_,
-        [self, &change, in_session](pqxx::connection& c) {
-            change(*self->st_);
-            HoldProof got;
-            if (!in_session) return self->st_->attempt(c, nullptr);
-            self->io_->grant_in_session(self, [&](const SessionProof* session) {
-                got = self->st_->attempt(c, session);
-                return got.held;
-            });
-            return got;
-        },
-        "lock");
+    auto ask = [self, &change, in_session](pqxx::connection& c) {
+        change(*self->st_);
+        HoldProof got;
+        if (!in_session) return self->st_->attempt(c, nullptr);
+        self->io_->grant_in_session(self, [&](const SessionProof* session) {
+            got = self->st_->attempt(c, session);
+            return got.held;
+        });
+        return got;
+    };
+    HoldProof p;
+    try {
+        p = call<HoldProof>(*io_, ask, "lock");
+    } catch (const std::exception& e) {
+        // Its answer is unknown: no longer proven (unlock releases it).
+        lose(gen, std::string("its downgrade failed: ") + e.what());
+        return false;
+    }
     // The same hold goes on: its fence and grant unchanged (a session that
     // ended meanwhile would have made it another).
     if (!p.held || p.fence != before.fence || p.acquired_at != before.acquired_at) {

@@ -114,8 +114,9 @@ public:
     bool end();
     /// Runs `change(statements)` and then one attempt, on the I/O thread, for
     /// the hold held now (a read-write lock's downgrade): true if it answers
-    /// with the same fence, and the hold goes on under its new proof; else
-    /// the hold is lost. IllegalStateError unless held.
+    /// with the same fence and grant, and the hold goes on under its new
+    /// proof; false if it was lost already, or is lost now (another answer,
+    /// or none: the statement failed). IllegalStateError if nothing is held.
     bool regrant(const std::function<void(HoldStatements&)>& change);
 
     /// The hold now, in one piece: its proof and local deadline; nothing
@@ -151,6 +152,7 @@ private:
     bool extend(const MutexOwner& lease, bool& resumed);
     void suspend();
     void lose(std::uint64_t gen, const std::string& why);
+    void pay_debt(pqxx::connection& c);
     void watch(std::uint64_t gen, SteadyClock::time_point at);
     void run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take);
     SteadyClock::duration retry_delay() const;
@@ -171,6 +173,7 @@ private:
     bool once_ = false;
     bool in_session_ = false;
     bool suspended_ = false;
+    bool owed_ = false;  // end()'s release failed: sent before the next attempt (or by the factory)
     HoldProof proof_;
     SteadyClock::time_point deadline_{};
     std::function<void(std::exception_ptr)> done_;

@@ -256,6 +256,17 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
     void unsubscribe(std::uint64_t id) override { subscribers.unsubscribe(id); }
 
+    void owe(std::function<void(pqxx::connection&)> pay, std::string what) override {
+        post_io([this, pay = std::move(pay), what = std::move(what)]() mutable {
+            contention.owe(
+                [this, pay = std::move(pay)](pqxx::connection& c) {
+                    auto watch = watchdog.watch(c.sock());
+                    pay(c);
+                },
+                std::move(what));
+        });
+    }
+
     void reserve_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
         std::lock_guard<std::mutex> lock(ids_m);
         auto& taken = kind == Names::rwlock ? rwlock_ids : ids;

@@ -88,6 +88,12 @@ public:
     /// From any thread; the callback may be running on the I/O thread.
     virtual void unsubscribe(std::uint64_t id) = 0;
 
+    /// From any thread: a release that failed for something a session may
+    /// hold (its keepalives would keep it for good). `pay` sends it again on
+    /// the I/O thread (throwing what its statement throws) until it succeeds;
+    /// a holder that takes the lock again must pay its own debt first.
+    virtual void owe(std::function<void(pqxx::connection&)> pay, std::string what) = 0;
+
     /// One holder per (name, contender id) in a factory: two would be one
     /// holder to the server, sharing a lease and a fence that each believes
     /// its own. Reserves every name of `names` for `id` (mutexes, shared

@@ -251,18 +251,18 @@ bool Permit::release() {
     }
     auto st = state_;
     if (st->in_session) st->io->leave_session(st);
+    const auto send = [st](pqxx::connection& c) {
+        pqxx::nontransaction tx(c);
+        return tx.exec_params1("SELECT simba_semaphore_release($1, $2::uuid)", st->key, st->token)[0].as<bool>();
+    };
     try {
-        return pg::detail::call<bool>(
-            *st->io,
-            [st](pqxx::connection& c) {
-                pqxx::nontransaction tx(c);
-                return tx.exec_params1("SELECT simba_semaphore_release($1, $2::uuid)", st->key, st->token)[0]
-                    .as<bool>();
-            },
-            "semaphore");
+        return pg::detail::call<bool>(*st->io, send, "semaphore");
     } catch (const std::exception& e) {
-        // The lease lapses on the server by itself.
         log(LogLevel::error, "release of permit of key " + st->key + " failed: " + e.what());
+        // A lease of its own lapses on the server by itself; a session's
+        // keepalives would keep the permit for good: sent again until it
+        // succeeds (by its token: it can release nothing else).
+        if (st->in_session) st->io->owe(send, "release of permit of key " + st->key);
         return false;
     }
 }

@@ -300,3 +300,57 @@ TEST(Sessions, APermitEndsWithItsSessionAndTheNextIsGrantedUnderANewOne) {
     EXPECT_NE(tx.exec_params1(session_of, key)[0].as<std::string>(), first_session);
     EXPECT_TRUE(eventually([&] { return logs.count_containing("has ended on the server") >= 1; }, 2s));
 }
+
+namespace {
+
+/// Cuts `app`'s connections to `scratch` and keeps them out for `outage`.
+void outage(pqxx::connection& root, ScratchDatabase& scratch, const std::string& app,
+            std::chrono::milliseconds outage) {
+    scratch.refuse_connections();
+    {
+        pqxx::nontransaction tx(root);
+        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app);
+    }
+    std::this_thread::sleep_for(outage);
+    scratch.refuse_connections(false);
+}
+
+}  // namespace
+
+TEST(Sessions, WhatAStopCouldNotReleaseIsReleasedOnceTheConnectionIsBack) {
+    // A session's keepalives would keep it for good (other tenures keep the
+    // session in use): the release is owed and sent after the reconnect.
+    auto db = admin();
+    ScratchDatabase scratch(*db, "owed");
+    auto options = test_options("owed");
+    simba::pg::ContendServiceFactory factory(scratch.conninfo(), options);
+    pqxx::connection c(scratch.conninfo());
+    const auto base = unique_name("owed");
+    simba::Locker stays(factory, base + "-stays", "S", lease(2000ms, 1000ms));
+    simba::Locker goes(factory, base + "-goes", "G", lease(2000ms, 1000ms));
+    simba::SharedLocker rw(factory, base + "-rw", "R", lease(2000ms, 1000ms));
+    simba::Semaphore pool(factory, "P");
+    stays.lock();
+    goes.lock();
+    rw.lock();
+    auto permit = pool.try_acquire(base + "-pool", 1, 3000ms);
+    ASSERT_TRUE(permit);
+    std::thread cut([&] { outage(*db, scratch, options.application_name, 800ms); });
+    ASSERT_TRUE(eventually([&] { return !factory.connected(); }, 2s));
+    goes.unlock();  // their releases fail: no connection
+    rw.unlock();
+    EXPECT_FALSE(permit->release());
+    cut.join();
+    EXPECT_TRUE(eventually([&] {
+        pqxx::nontransaction tx(c);
+        return tx.exec_params1("SELECT (SELECT owner_id IS NULL FROM simba_mutex_status WHERE mutex = $1)"
+                               " AND (SELECT mode = 'free' FROM simba_rwlock_status WHERE rwlock = $2)"
+                               " AND NOT EXISTS (SELECT FROM simba_semaphore_status WHERE key = $3)",
+                               base + "-goes", base + "-rw", base + "-pool")[0]
+            .as<bool>();
+    }, 10s)) << "released after the reconnect, though the session lives on";
+    EXPECT_TRUE(stays.is_owner());
+    EXPECT_EQ(owner_of(c, base + "-stays"), "S");
+    goes.lock();  // taken again at once: nothing of the old tenure is left
+    EXPECT_TRUE(goes.is_owner());
+}

@@ -124,8 +124,9 @@ public:
     /// This thread's write hold becomes a read hold without a gap (the same
     /// fence; readers of the process may join it at once). The thread then
     /// holds it shared (unlock_shared()). True if the hold goes on; false if
-    /// it was lost on the way (on_lost runs). IllegalStateError unless this
-    /// thread holds it for writing.
+    /// it was lost before or on the way, also when the connection took the
+    /// answer (on_lost runs; the hold is not claimed again). IllegalStateError
+    /// unless this thread holds it for writing.
     bool downgrade();
 
     // --- Asynchronous ---------------------------------------------------
