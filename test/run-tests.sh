@@ -31,7 +31,7 @@ tally() { # suite-name passed failed log
   [ "$3" -eq 0 ] && return
   failed_suites+=("$1")
   local lines
-  lines=$(grep -E '\.\.\. FAILED|^[0-9/ ]+Test +#.*(Failed|Timeout|Exception)|^==[0-9]+== [A-Z]|failed:' "$4" || true)
+  lines=$(grep -E '\.\.\. FAILED|^[0-9/ ]+Test +#.*(Failed|Timeout|Exception)|^valgrind finding:|failed:' "$4" || true)
   { echo "--- $1:"; head -8 <<<"${lines:-$(tail -5 "$4")}"; } >>"$why"
 }
 

@@ -43,6 +43,15 @@ if [ -n "$reports" ]; then
   # the first report in full, then each process's first finding
   echo "=== $(echo "$reports" | head -1)"; head -80 "$(echo "$reports" | head -1)"
   for f in $reports; do echo "$f: $(grep -m1 -E '^==[0-9]+== [A-Z]' "$f")"; done
+  # each process's first finding on one line, with the functions of its
+  # stack: the part of the output CI keeps shows where it was
+  for f in $reports; do
+    echo "valgrind finding: $(awk '/^==[0-9]+== [A-Z]/ && !k { sub(/^==[0-9]+== /, ""); k = $0; next }
+      k && /^==[0-9]+== +(at|by) / { n++; if (n <= 10) s = s " < " $4 }
+      k && /^==[0-9]+==  [A-Z]/ { n = 0; s = s " | origin:" }
+      k && /^==[0-9]+== *$/ { exit }
+      END { print k " at" substr(s, 3) }' "$f")"
+  done
 fi
 echo "valgrind: $(find "$logs" -name 'valgrind.*.log' | wc -l) processes, $(echo -n "$reports" | grep -c . || true) with findings"
 [ ${#failed[@]} -eq 0 ] || { echo "valgrind: failed: ${failed[*]}"; exit 1; }
