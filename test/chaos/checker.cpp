@@ -334,8 +334,6 @@ private:
             } else if (t == "rwacq" && f.size() >= 7) {
                 ++rw_holds_;
                 if (f[3] == "write") ++rw_write_holds_;
-            } else if (t == "orphan" && f.size() >= 5) {
-                ++orphans_[f[2]];
             } else if (t == "rwdown" && f.size() >= 6) {
                 ++rw_downgrades_;
             } else if (t == "rwinv" && f.size() >= 9) {
@@ -1222,9 +1220,8 @@ private:
                   << " re-reported after a deadline release) and " << rels_ << " releases reported to workers\n";
         if (!rw_ids_.empty() || !multi_members_.empty() || !fair_mutexes_.empty())
             std::cout << "  lockers:     read-write " << rw_holds_ << " holds (" << rw_write_holds_ << " writing, "
-                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes, " << orphans_["rwlock"]
-                      << " failed releases redone; multi-lock " << multi_holds_ << " holds, " << multi_invoked_
-                      << " writes, " << orphans_["multi"] << " failed releases redone; fair " << fair_holds_
+                      << rw_downgrades_ << " downgraded), " << rw_invs_.size() << " writes; multi-lock "
+                      << multi_holds_ << " holds, " << multi_invoked_ << " writes; fair " << fair_holds_
                       << " holds after " << fair_waits_ << " waits\n";
         std::cout << "  failures:   ";
         for (auto& [s, n] : fail_states_) std::cout << " " << s << "=" << n;
@@ -1375,7 +1372,6 @@ private:
     std::map<std::tuple<std::string, std::string, i64>, RwHold> rw_holds_server_;
     long rw_holds_ = 0, rw_write_holds_ = 0, rw_downgrades_ = 0, rw_write_grants_ = 0, rw_server_holds_ = 0;
     long rw_stale_ = 0, rw_claims_checked_ = 0, rw_spans_ = 0;
-    std::map<std::string, long> orphans_;  // failed releases the workers redid, by locker
     std::map<std::string, std::vector<std::string>> multi_members_;  // multi-lock id -> members
     std::map<int, std::string> multi_id_of_;
     std::map<std::pair<int, i64>, std::vector<std::pair<std::string, i64>>> minv_;  // (worker, seq) -> members

@@ -48,7 +48,6 @@
 //   rwunk  worker rwlock mode fence seq
 //   rwdown worker rwlock fence ok steady       (downgrade() returned ok = 1 or 0, or threw: error)
 //   rwrel  worker rwlock mode steady           (unlock() or unlock_shared() called)
-//   orphan worker rwlock|multi name steady     (its release failed: the worker releases by id)
 // The multi-lock (MEMBERS: mutex:fence,... in byte order of the names):
 //   mid    worker contender_id mutex,mutex,...
 //   macq   worker steady acquired_us MEMBERS
@@ -97,10 +96,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
-
-// Set on a thread whose unlock() logged that the release failed (LockHold
-// logs it on the unlocking thread).
-thread_local bool t_release_failed = false;
 
 struct Args {
     int worker = 0;
@@ -273,30 +268,6 @@ void returned(Ledger::Done& d, const pqxx::result& rows) {
 
 constexpr const char* kReturning = " RETURNING id, (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
 
-/// A SharedLocker's or MultiLocker's unlock() whose release failed leaves
-/// the hold on the server under the factory's session, which the other
-/// holders' keepalives keep alive: nobody else gets the lock until this
-/// locker asks again (and a write after a read hold is refused with SB005
-/// for ever). A client bug (test/chaos/README.md); the worker gives the
-/// hold back itself, by id, before it locks again (`orphan` line).
-void release_by_id(chaos::EventLog& out, const Args& a, const char* what, const std::string& sql,
-                   const std::string& name, const std::string& id) {
-    if (!std::exchange(t_release_failed, false)) return;
-    out.write("orphan", a.worker, what, name, chaos::steady_ns());
-    for (int backoff_ms = 100; !g_stop.load(); backoff_ms = std::min(backoff_ms * 2, 1000)) {
-        try {
-            pqxx::connection c(a.conninfo + " application_name=simba-chaos-ledger" + std::to_string(a.worker) +
-                               "-orphan connect_timeout=2");
-            pqxx::nontransaction tx(c);
-            tx.exec_params(sql, name, id);
-            return;
-        } catch (const std::exception& e) {
-            out.write("lib", a.worker, "orphan-release", e.what());
-            std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-        }
-    }
-}
-
 /// A mutex holder's fenced ledger row (a service's, or the fair Locker's).
 Ledger::Result mutex_write(Ledger& ledger, const Args& a, const std::string& m, const std::string& id,
                            std::int64_t fence, std::int64_t seq) {
@@ -405,10 +376,8 @@ void rwlock_loop(Shared& sh, simba::SharedLocker& rw) {
                     exclusive = false;
                     sh.out.write("rwdown", w, name, rw.fence(), ok ? 1 : 0, chaos::steady_ns());
                 } catch (const std::exception& e) {
-                    // Undocumented: a lost connection throws, the thread
-                    // still holds it for writing, and whether the server
-                    // downgraded is unknown (test/chaos/README.md): no more
-                    // writes under it, unlock() below.
+                    // Not expected (a lost answer is a lost hold: false);
+                    // the thread still holds it for writing: unlock() below.
                     sh.out.write("rwdown", w, name, rw.fence(), "error", chaos::steady_ns());
                     sh.out.write("lib", w, "rwlock-downgrade", e.what());
                     break;
@@ -436,14 +405,12 @@ void rwlock_loop(Shared& sh, simba::SharedLocker& rw) {
             sleep_ms(a.locker_pause_ms);
         }
         sh.out.write("rwrel", w, name, exclusive ? "write" : "read", chaos::steady_ns());
-        t_release_failed = false;
         try {
             if (exclusive) rw.unlock();
             else rw.unlock_shared();
         } catch (const std::exception& e) {
             sh.out.write("lib", w, "rwlock-unlock", e.what());
         }
-        release_by_id(sh.out, a, "rwlock", "SELECT simba_rwlock_release($1, $2)", name, id);
         sleep_ms(sh.uniform(rng, 0, a.locker_hold_ms / 2));
     }
 }
@@ -456,9 +423,6 @@ void multi_loop(Shared& sh, simba::MultiLocker& ml) {
     std::mt19937 rng(static_cast<unsigned>(::getpid()) * 104729u);
     Ledger ledger(sh.out, w, a.conninfo, "simba-chaos-ledger" + std::to_string(w) + "-multi", a.ledger_timeout_ms);
     const std::string& id = ml.contender_id();
-    std::string members_array = "{";
-    for (const auto& m : ml.mutexes()) members_array += (members_array.size() > 1 ? ",\"" : "\"") + m + "\"";
-    members_array += "}";
     while (!sh.stopping()) {
         if (!in_multi_window(a)) {
             sleep_ms(20);
@@ -507,13 +471,11 @@ void multi_loop(Shared& sh, simba::MultiLocker& ml) {
             sleep_ms(a.locker_pause_ms);
         }
         sh.out.write("mrel", w, chaos::steady_ns());
-        t_release_failed = false;
         try {
             ml.unlock();
         } catch (const std::exception& e) {
             sh.out.write("lib", w, "multi-unlock", e.what());
         }
-        release_by_id(sh.out, a, "multi", "SELECT simba_release_all($1::text[], $2)", members_array, id);
         sleep_ms(sh.uniform(rng, 0, a.locker_hold_ms));
     }
 }
@@ -589,7 +551,6 @@ int main(int argc, char** argv) {
     out.write("start", w, ::getpid(), chaos::steady_ns());
     simba::set_log_handler([&out, w](simba::LogLevel level, const std::string& msg) {
         if (level >= simba::LogLevel::warning) out.write("lib", w, simba::to_string(level), msg);
-        if (msg.rfind("release of ", 0) == 0) t_release_failed = true;
     });
 
     simba::pg::FactoryOptions fo;
