@@ -144,12 +144,7 @@ TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
     });
 
     // Outage: nobody may connect, and the factory's backends are killed.
-    scratch.refuse_connections();
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-                       opts.application_name);
-    }
+    scratch.cut_off(opts.application_name);
     ASSERT_EQ(lost_at.wait_for(10s), std::future_status::ready);
     auto [at, server_live] = lost_at.get();
     EXPECT_TRUE(p->lost());
@@ -325,12 +320,7 @@ TEST(Semaphore, AcquireRidesOutAKilledConnectionWithinItsTimeout) {
     ASSERT_TRUE(factory.wait_connected(5s));
     auto waiter = std::async(std::launch::async, [&] { return waiters.acquire(key, 1, 5s, 20s); });
     std::this_thread::sleep_for(200ms);
-    scratch.refuse_connections();
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-                       opts.application_name);
-    }
+    scratch.cut_off(opts.application_name);
     std::this_thread::sleep_for(500ms);  // reconnects refused meanwhile
     scratch.refuse_connections(false);
     EXPECT_TRUE(held->release());

@@ -527,14 +527,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
 
     // Outage: no new connections to the database, and kill ours.
     const auto outage_start = SteadyClock::now();
-    scratch.refuse_connections();
-    {
-        pqxx::nontransaction tx(*root);
-        auto r = tx.exec_params(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-            opts.application_name);
-        EXPECT_EQ(r.size(), 2u);
-    }
+    EXPECT_EQ(scratch.cut_off(opts.application_name), 2);
     ASSERT_TRUE(a->wait([](auto& ev) { return ev.size() == 2; }, 10s));
     const auto released = a->events()[1];
     EXPECT_FALSE(released.acquired);

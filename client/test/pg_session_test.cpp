@@ -301,22 +301,6 @@ TEST(Sessions, APermitEndsWithItsSessionAndTheNextIsGrantedUnderANewOne) {
     EXPECT_TRUE(eventually([&] { return logs.count_containing("has ended on the server") >= 1; }, 2s));
 }
 
-namespace {
-
-/// Cuts `app`'s connections to `scratch` and keeps them out for `outage`.
-void outage(pqxx::connection& root, ScratchDatabase& scratch, const std::string& app,
-            std::chrono::milliseconds outage) {
-    scratch.refuse_connections();
-    {
-        pqxx::nontransaction tx(root);
-        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app);
-    }
-    std::this_thread::sleep_for(outage);
-    scratch.refuse_connections(false);
-}
-
-}  // namespace
-
 TEST(Sessions, WhatAStopCouldNotReleaseIsReleasedOnceTheConnectionIsBack) {
     // A session's keepalives would keep it for good (other tenures keep the
     // session in use): the release is owed and sent after the reconnect.
@@ -335,7 +319,11 @@ TEST(Sessions, WhatAStopCouldNotReleaseIsReleasedOnceTheConnectionIsBack) {
     rw.lock();
     auto permit = pool.try_acquire(base + "-pool", 1, 3000ms);
     ASSERT_TRUE(permit);
-    std::thread cut([&] { outage(*db, scratch, options.application_name, 800ms); });
+    std::thread cut([&] {
+        scratch.cut_off(options.application_name);
+        std::this_thread::sleep_for(800ms);  // the outage
+        scratch.refuse_connections(false);
+    });
     ASSERT_TRUE(eventually([&] { return !factory.connected(); }, 2s));
     goes.unlock();  // their releases fail: no connection
     rw.unlock();

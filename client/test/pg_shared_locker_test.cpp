@@ -326,13 +326,8 @@ TEST(SharedLocker, AWaitGoesOnAcrossAnOutageWhoseRetryFellDue) {
         r.unlock_shared();
     });
     ASSERT_FALSE(eventually([&] { return got.load(); }, 300ms));
-    {
-        // Its connections go and stay away past its next retry (every second).
-        scratch.refuse_connections();
-        pqxx::nontransaction tx(*db);
-        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-                       waiting_options.application_name);
-    }
+    // Its connections go and stay away past its next retry (every second).
+    scratch.cut_off(waiting_options.application_name);
     std::this_thread::sleep_for(1500ms);  // the outage: longer than the retry interval
     scratch.refuse_connections(false);
     ASSERT_TRUE(eventually([&] { return waiter_factory.connected(); }, 5s));

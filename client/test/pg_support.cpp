@@ -39,6 +39,15 @@ void ScratchDatabase::refuse_connections(bool refuse) {
     tx.exec0("ALTER DATABASE " + quoted_ + " ALLOW_CONNECTIONS " + (refuse ? "false" : "true"));
 }
 
+int ScratchDatabase::cut_off(const std::string& application_name) {
+    refuse_connections();
+    pqxx::nontransaction tx(root_);
+    return static_cast<int>(
+        tx.exec_params("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                       application_name)
+            .size());
+}
+
 std::string unique_name(const std::string& prefix) {
     static std::atomic<int> n{0};
     return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n.fetch_add(1));

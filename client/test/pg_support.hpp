@@ -39,6 +39,9 @@ public:
     /// New connections refused (refuse = true) or allowed again; existing
     /// ones are not touched.
     void refuse_connections(bool refuse = true);
+    /// An outage of one client: new connections refused (as above) and the
+    /// backends of `application_name` terminated; how many there were.
+    int cut_off(const std::string& application_name);
 
 private:
     pqxx::connection& root_;
