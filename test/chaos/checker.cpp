@@ -1136,13 +1136,14 @@ private:
         for (auto& m : fair_mutexes_) {
             auto tl = timeline_.find(m);
             if (tl == timeline_.end()) continue;
-            std::vector<const Audit*> ev;
-            for (auto& e : audit_)
-                if (e.tbl == "simba_mutex_queue" && e.name == m) ev.push_back(&e);
+            std::vector<const Audit*> ev;  // the queue's changes
+            std::map<i64, i64> origin_of;  // fence -> the grant's clock origin
+            for (auto& e : audit_) {
+                if (e.name != m) continue;
+                if (e.tbl == "simba_mutex_queue") ev.push_back(&e);
+                else if (e.tbl == "simba_mutex") origin_of[e.fence] = e.origin_us;
+            }
             std::set<std::pair<std::string, std::string>> granted_in;  // (transaction, owner)
-            std::map<i64, i64> origin_of;                                // fence -> the grant's clock origin
-            for (auto& e : audit_)
-                if (e.tbl == "simba_mutex" && e.name == m) origin_of[e.fence] = e.origin_us;
             std::map<std::string, Entry> q;
             std::size_t next = 0;
             for (auto& g : tl->second) {
@@ -1285,7 +1286,8 @@ private:
             line("(9) fair, in arrival order:      ", v9_,
                  " (" + std::to_string(fair_grants_judged_) + " grants judged against the live entries ahead, " +
                      std::to_string(fair_jumped_) + " jumped" +
-                     (fair_grants_unjudged_ ? ", " + std::to_string(fair_grants_unjudged_) + " without a clock" : "") + "; " + std::to_string(fair_lapses_) + " places lapsed: " +
+                     (fair_grants_unjudged_ ? ", " + std::to_string(fair_grants_unjudged_) + " without a clock" : "") +
+                     "; " + std::to_string(fair_lapses_) + " places lapsed: " +
                      std::to_string(fair_lapse_judged_) + " while their waiter waited and no fault explains it, " +
                      std::to_string(fair_lapse_excused_) + " under a fault, " + std::to_string(fair_lapse_unwaited_) +
                      " with no waiter waiting)");
