@@ -4,7 +4,7 @@
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
-#   make bench-scale      benchmark 7: a million locks under sessions, against etcd (about 10 minutes)
+#   make bench-scale      benchmark 7: locks ramped to a million, sessions and per-lock, against etcd (about 20 minutes)
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
 #   make ha               failover faults on three-node Patroni (30 min) and pg_auto_failover (10 min) clusters (test/ha)
