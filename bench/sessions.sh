@@ -72,7 +72,6 @@ server_cpu() {
   echo "$sum"
 }
 pct() { awk -v t="$1" -v s="$2" -v k="$ticks" 'BEGIN { printf "%.2f", 100 * t / k / s }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
 
 echo "benchmark 7 — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores; steps $STEPS (per-lock: $PERLOCK_STEPS), $PROCS processes," \
