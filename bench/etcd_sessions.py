@@ -24,8 +24,8 @@ then, over --steady seconds:
                      its WAL and its database; the WAL's files are
                      preallocated, so their sizes would not show it)
   rss_mb             etcd's resident memory at the end of the window
-  lost               locks not held: N minus the keys under lock/, plus any
-                     still attached to a lease whose keepalive got TTL <= 0.
+  lost               locks not held: N minus the keys under lock/ (a lease
+                     that ended took its keys with it).
 After the last step process 0 stops its keepalives (as if killed) and a taker
 asks every 0.2 s whether the first of its keys still to take is gone; then it
 takes them, a txn per --batch of them, each txn taking all of its keys only
@@ -135,15 +135,16 @@ class Waiter(threading.Thread):
     """Every `period` s, puts wait/{i} on its lease for every lock i newly
     held (below `self.locks`) with i % every == 0, `batch` to a txn."""
 
-    def __init__(self, etcd, lease, period, every_, batch, stop):
+    def __init__(self, etcd, lease, period, every_, batch):
         super().__init__(daemon=True)
-        self.etcd, self.lease, self.period, self.every, self.batch, self.stop = etcd, lease, period, every_, batch, stop
+        self.etcd, self.lease, self.period, self.every, self.batch = etcd, lease, period, every_, batch
+        self.stopped = threading.Event()
         self.locks = 0
 
     def run(self):
         conn = self.etcd.connect()
         done = 0  # wait/{i} is in place for every such i below done
-        for _ in every(self.period, self.period, self.stop):
+        for _ in every(self.period, self.period, self.stopped):
             upto = self.locks
             keys = [f"wait/{i}" for i in range(-(-done // self.every) * self.every, upto, self.every)]
             try:
@@ -214,11 +215,10 @@ def main():
         except ERRORS:
             time.sleep(0.1)
 
-    stop = threading.Event()
     # staggered over the period, as independent processes would be
     owners = [Keeper(etcd, conn, a.ttl, a.keepalive, a.keepalive * p / a.procs) for p in range(a.procs)]
     waiter_lease = Keeper(etcd, conn, a.ttl, a.keepalive, 0)
-    waiter = Waiter(etcd, waiter_lease.lease, a.waiter_period, a.waiter_every, a.batch, stop)
+    waiter = Waiter(etcd, waiter_lease.lease, a.waiter_period, a.waiter_every, a.batch)
     for t in owners + [waiter_lease, waiter]:
         t.start()
 
@@ -248,10 +248,6 @@ def main():
         secs = w1 - w0
         ms = sorted(1000 * rtt for o in owners for sent, rtt in list(o.samples) if w0 <= sent < w1)
         lost = n - count(etcd, "lock/", conn)
-        for o in owners:
-            if o.expired:  # keys still attached to a lost lease are not held either
-                r = etcd.call("/v3/lease/timetolive", {"ID": o.lease, "keys": True}, conn)
-                lost += len(r.get("keys", []))
         steps.append({
             "locks": n, "ramp_s": round(ramp, 2),
             "cpu_pct": round(100.0 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / secs, 2),
@@ -289,8 +285,7 @@ def main():
             if time.perf_counter() - killed > 10 * a.ttl:
                 raise SystemExit(f"etcd: process 0's locks not free {10 * a.ttl} s after its last keepalive")
             time.sleep(0.2)
-    stop.set()
-    for t in owners + [waiter_lease, taker]:
+    for t in owners + [waiter_lease, waiter, taker]:
         t.stopped.set()
     waited.sort()
     print(json.dumps({"steps": steps, "kill": {

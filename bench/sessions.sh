@@ -134,13 +134,13 @@ steady() { # locks ramp_s
   q -d $db -c "SELECT json_build_object('locks', $1, 'ramp_s', $2, 'cpu_pct', $(pct $((c1 - c0)) "$STEADY"),
       'keepalive_p50_ms', round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 3),
       'keepalive_p99_ms', round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 3),
-      'statements_per_s', round(((sum(statements) + (SELECT count(*) FROM attempts WHERE at > '$t0')) / $STEADY.0)::numeric, 1),
-      'waiter_statements', (SELECT count(*) FROM attempts WHERE at > '$t0'),
+      'statements_per_s', round(((sum(statements) + w.n) / $STEADY.0)::numeric, 1),
+      'waiter_statements', w.n,
       'wal_bytes_per_s', round(pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0') / $STEADY),
       'table_mb', round((pg_total_relation_size('simba_mutex') + pg_total_relation_size('simba_session_lease')) / 1048576.0),
       'lost', $1 - (SELECT count(*) FROM simba_mutex_status WHERE owner_id LIKE 'proc-%'),
       'processes_alive', $(running 'proc-%'))
-    FROM ka WHERE at > '$t0'"
+    FROM ka, (SELECT count(*) AS n FROM attempts WHERE at > '$t0') w WHERE ka.at > '$t0' GROUP BY w.n"
 }
 
 # Process 0 is killed; the waiter (its periodic attempts stopped first, so
