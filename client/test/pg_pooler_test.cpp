@@ -119,11 +119,13 @@ TEST(Pooler, SemaphoreThroughThePooler) {
     simba::pg::ContendServiceFactory factory(pooler(), pooled("poolsem", direct()));
     simba::Semaphore sem(factory);
     const auto key = unique_name("poolsem");
-    auto p = sem.try_acquire(key, 1, 300ms);
+    // A ttl of 1 s leaves a late keepalive about 650 ms: with 300 ms (180 ms)
+    // a CI machine that stalled the client once lost the permit.
+    auto p = sem.try_acquire(key, 1, 1s);
     ASSERT_TRUE(p);
-    EXPECT_FALSE(sem.try_acquire(key, 1, 300ms));
+    EXPECT_FALSE(sem.try_acquire(key, 1, 1s));
     // Refreshed through the pool for three ttls.
-    ASSERT_FALSE(eventually([&] { return p->lost(); }, 900ms));
+    ASSERT_FALSE(eventually([&] { return p->lost(); }, 3s));
     EXPECT_TRUE(p->release());
-    EXPECT_TRUE(sem.try_acquire(key, 1, 300ms));
+    EXPECT_TRUE(sem.try_acquire(key, 1, 1s));
 }
