@@ -8,8 +8,13 @@
 #                    triggers fire; the C function returns at once for renewals
 #                    and while simba.history is off)
 #   simba_notrigger  the same, with simba_mutex's triggers disabled
-# and prints instructions per pair and the ratio to the floor. Not part of
-# `make bench` (about 2 minutes); needs valgrind and the installed extension.
+# and prints instructions per pair and the ratio to the floor; then a
+# waiter's losing attempts (simba_acquire on mutexes another holder holds
+# live, each in a transaction of its own) for
+#   lose_session     holder and waiter each under a session of their own
+#   lose_lease       holder and waiter each with leases of their own
+# and prints instructions and WAL bytes per attempt. Not part of `make
+# bench` (about 3 minutes); needs valgrind and the installed extension.
 #
 #   bench/callgrind.sh [PAIRS]        (default 2000)
 set -euo pipefail
@@ -55,7 +60,30 @@ measure() { # name workload -> instructions
   cp "$dir/cg.out" "$out/callgrind.$1.out"
   sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' "$dir/$1.log" | tr -d ,
 }
-declare -A ir
+# The waiter's losing attempts: 'holder' holds lm0..999 under one session
+# and ll0..999 with its own leases; the waiter polls them under another.
+# (one line each: the single-user backend ends a statement at a newline)
+sql "CREATE TABLE bench_session AS SELECT 'holder' AS who, (simba_session_open('24 h', '0 s')).session_id AS sid UNION ALL SELECT 'waiter', (simba_session_open('24 h', '0 s')).session_id"
+sql "SELECT count(o.owner_id) FROM generate_series(0, 999) i, bench_session s, LATERAL simba_acquire('lm' || i, 'holder', session_id => s.sid) o WHERE s.who = 'holder'"
+sql "SELECT count(o.owner_id) FROM generate_series(0, 999) i, LATERAL simba_acquire('ll' || i, 'holder', '24 h', '0 s') o"
+waiter_sid=$(echo "SELECT sid FROM bench_session WHERE who = 'waiter'" | single 2>/dev/null | sed -n 's/.*sid = "\([^"]*\)".*/\1/p')
+[ -n "$waiter_sid" ] || { echo "bench/callgrind.sh: no waiter session" >&2; exit 1; }
+losing() { # prefix session-argument -> N losing attempts
+  echo "PREPARE lose(text) AS SELECT o.owner_id FROM simba_acquire(\$1, 'waiter', '10 s', '6 s', $2) AS o;"
+  awk -v n="$pairs" -v p="$1" 'BEGIN { srand(2); for (i = 0; i < n; i++)
+    printf "EXECUTE lose('"'"'%s%d'"'"');\n", p, int(rand() * 1000) }'
+}
+losing lm "'$waiter_sid'::uuid" > "$dir/lose_session.sql"
+losing ll NULL > "$dir/lose_lease.sql"
+wal_lsn() { echo "SELECT pg_current_wal_lsn()::text AS lsn" | single 2>/dev/null | sed -n 's/.*lsn = "\([^"]*\)".*/\1/p'; }
+
+declare -A ir wal
+for v in lose_session lose_lease; do
+  before=$(wal_lsn)
+  ir[$v]=$(measure "$v" "$dir/$v.sql")
+  wal[$v]=$(echo "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$before')::int8 AS bytes" | single 2>/dev/null |
+    sed -n 's/.*bytes = "\([0-9]*\)".*/\1/p')
+done
 ir[floor]=$(measure floor "$dir/floor.sql")
 ir[simba]=$(measure simba "$dir/simba.sql")
 sql "ALTER TABLE simba_mutex DISABLE TRIGGER USER"
@@ -68,5 +96,11 @@ for v in floor simba simba_notrigger; do
   [ -n "${ir[$v]:-}" ] || continue
   awk -v v="$v" -v i="${ir[$v]}" -v f="${ir[floor]}" -v n="$pairs" \
     'BEGIN { printf "%-16s  %14d  %14d  %9.2f\n", v, i, i / n, i / f }'
+done
+printf '\nLosing attempts of a waiter (%d, each its own transaction; per attempt, incl. per-statement overhead)\n' "$pairs"
+printf '%-16s  %14s  %9s\n' variant instructions "WAL bytes"
+printf '%s\n' "-----------------------------------------"
+for v in lose_session lose_lease; do
+  awk -v v="$v" -v i="${ir[$v]}" -v w="${wal[$v]}" -v n="$pairs" 'BEGIN { printf "%-16s  %14d  %9.1f\n", v, i / n, w / n }'
 done
 echo "callgrind outputs: $out/callgrind.*.out (callgrind_annotate --inclusive=yes FILE)"

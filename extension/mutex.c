@@ -145,6 +145,26 @@ static SimbaPlan release_update = {
 };
 
 /*
+ * A waiter's attempt under a session, on a mutex another holder's lease
+ * holds live: lost, read in the statement's snapshot without a lock. The
+ * full path locks the session row FOR KEY SHARE before writing a reference
+ * to it, which makes a transaction that only loses take an xid and write
+ * and flush WAL (96 bytes). Any other case (free, ended, the caller's own,
+ * the session unknown, foreign or ended) returns no row and takes the full
+ * path, which decides and raises its errors. $1 session, $2 role, $3
+ * roleid, $4 sysid, $5 origin, $6 mutex, $7 contender, $8 t.
+ */
+static SimbaPlan session_lost_select = {
+	"SELECT m.mutex, m.owner_id, " SIMBA_LEASE_END("m.acquired_at", "m.acquired_at", "m.clock_origin", "$5") ","
+	"       " TENURE_TIME(ttl_at, "$5") ", " TENURE_TIME(transition_at, "$5") ", m.version, m.fence, $8, m.owner_role"
+	"  FROM simba_session_lease AS s, simba_mutex AS m"
+	" WHERE s.session_id = $1 AND " SIMBA_SAME_ROLE("s.owner_role", "s.owner_roleid", "s.owner_sysid", "$2", "$3", "$4")
+	"   AND " SIMBA_SESSION_END("$5") " > $8"
+	"   AND m.mutex = $6 AND NOT " SAME_HOLDER("$7", "$2", "$3", "$4") " AND " SIMBA_MUTEX_LIVE("$8", "$5"),
+	8, {UUIDOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+/*
  * $1 mutex, $2 role, $3 roleid, $4 sysid, $5 origin. A session's end read in
  * this statement may be older than its latest keepalive, never later.
  */
@@ -282,6 +302,17 @@ unused_owner(TupleDesc tupdesc, Datum mutex, TimestampTz t)
 	return HeapTupleGetDatum(unused_owner_tuple(tupdesc, mutex, t));
 }
 
+/* Whether an attempt under session argument argno lost without a lock (session_lost_select). */
+static bool
+lost_under_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller, Datum *args)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	return simba_execute(fcinfo, &session_lost_select,
+						 (Datum[]) {PG_GETARG_DATUM(argno), caller->role, caller->roleid, caller->sysid, args[8],
+		args[0], args[1], args[2]}, NULL, 1) == 1;
+}
+
 Datum
 simba_acquire_1_4(PG_FUNCTION_ARGS)
 {
@@ -292,8 +323,11 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		result;
 
 	SPI_connect();
-	simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
-	(void) simba_mutex_take(fcinfo, args, nulls);
+	if (!lost_under_session(fcinfo, 4, &caller, args))
+	{
+		simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
+		(void) simba_mutex_take(fcinfo, args, nulls);
+	}
 	result = returned_owner(tupdesc);
 	SPI_finish();
 	PG_RETURN_DATUM(result);

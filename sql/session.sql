@@ -252,6 +252,36 @@ SELECT owner_id, fence FROM simba_acquire('mv', 'a', '1h', '0s');
 SELECT session_id IS NULL AS moved_off FROM simba_mutex_status WHERE mutex = 'mv';
 SELECT simba_session_close(:'sid3') AS released;
 
+-- a waiter under a session that finds another holder's live tenure loses
+-- without locking its session row: no xid, no WAL; the row it returns is
+-- the owner's as simba_owner shows it
+SELECT session_id AS lh FROM simba_session_open('1h', '0s') \gset
+SELECT fence AS lh_fence FROM simba_acquire('lose', 'a', session_id => :'lh') \gset
+SET ROLE regress_simba_sb;
+SELECT session_id AS lw FROM simba_session_open('1h', '0s') \gset
+BEGIN;
+SELECT l.owner_id, l.fence = :lh_fence AS same_fence,
+       (l.ttl_at, l.transition_at, l.version) = (o.ttl_at, o.transition_at, o.version) AS as_owner_shows
+  FROM simba_acquire('lose', 'b', session_id => :'lw') AS l, simba_owner('lose') AS o;
+SELECT txid_current_if_assigned() IS NULL AS no_xid;
+COMMIT;
+-- a bad session is still refused there: unknown, another role's, closed
+\set VERBOSITY sqlstate
+SELECT simba_acquire('lose', 'b', session_id => gen_random_uuid());
+SELECT simba_acquire('lose', 'b', session_id => :'lh');
+\set VERBOSITY terse
+SELECT simba_session_close(:'lw') AS lw_released;
+\set VERBOSITY sqlstate
+SELECT simba_acquire('lose', 'b', session_id => :'lw');
+\set VERBOSITY terse
+-- once the holder's session is closed, a waiter's attempt takes it, with a new fence
+RESET ROLE;
+SELECT simba_session_close(:'lh') AS lh_released;
+SET ROLE regress_simba_sb;
+SELECT session_id AS lw2 FROM simba_session_open('1h', '0s') \gset
+SELECT owner_id, fence > :lh_fence AS new_fence FROM simba_acquire('lose', 'b', session_id => :'lw2');
+SELECT simba_session_close(:'lw2') AS lw2_released;
+RESET ROLE;
 -- bad input: its SQLSTATE, nothing changes
 CREATE TEMP TABLE before AS SELECT * FROM simba_session_lease;
 SELECT simba_session_open(NULL);
