@@ -7,7 +7,8 @@
 #   simba            simba_acquire + simba_release as installed (the history
 #                    triggers fire; the C function returns at once for renewals
 #                    and while simba.history is off)
-#   simba_notrigger  the same, with simba_mutex's triggers disabled
+#   simba_session    the same under a session (the waiter's below)
+#   simba_notrigger  simba's, with simba_mutex's triggers disabled
 # and prints instructions per pair and the ratio to the floor; then a
 # waiter's losing attempts (simba_acquire on mutexes another holder holds
 # live, each in a transaction of its own) for
@@ -86,13 +87,16 @@ for v in lose_session lose_lease; do
 done
 ir[floor]=$(measure floor "$dir/floor.sql")
 ir[simba]=$(measure simba "$dir/simba.sql")
+{ sed "s/simba_acquire(\$1, \$2, \$3, \$4)/simba_acquire(\$1, \$2, \$3, \$4, '$waiter_sid'::uuid)/" "$dir/simba.h.sql"
+  workload /dev/null; } > "$dir/simba_session.sql"
+ir[simba_session]=$(measure simba_session "$dir/simba_session.sql")
 sql "ALTER TABLE simba_mutex DISABLE TRIGGER USER"
 ir[simba_notrigger]=$(measure simba_notrigger "$dir/simba.sql")
 
 printf '\nInstruction counts (callgrind, single-user backend, %d acquire+release pairs incl. per-statement overhead)\n' "$pairs"
 printf '%-16s  %14s  %14s  %9s\n' variant instructions per-pair /floor
 printf '%s\n' "-------------------------------------------------------------"
-for v in floor simba simba_notrigger; do
+for v in floor simba simba_session simba_notrigger; do
   [ -n "${ir[$v]:-}" ] || continue
   awk -v v="$v" -v i="${ir[$v]}" -v f="${ir[floor]}" -v n="$pairs" \
     'BEGIN { printf "%-16s  %14d  %14d  %9.2f\n", v, i, i / n, i / f }'
