@@ -26,7 +26,7 @@ static SimbaPlan live_leases = {
 	"     + (SELECT pg_catalog.count(*) FROM simba_rwlock_holder AS h WHERE h.mode <> 'waiting' AND "
 	SIMBA_HOLDER_LIVE("$1", "$2") "),"
 	"       (SELECT pg_catalog.count(*) FROM simba_semaphore_permit AS p WHERE " SIMBA_PERMIT_LIVE("$1", "$2") ")",
-	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
+	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, .scans = true
 };
 
 static bool

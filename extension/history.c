@@ -88,19 +88,8 @@ static SimbaPlan force_update = {
 
 static SimbaPlan prune_delete = {
 	"DELETE FROM simba_mutex_history WHERE at < $1",
-	1, {TIMESTAMPTZOID}
+	1, {TIMESTAMPTZOID}, .scans = true
 };
-
-/* Byte equality: ids are compared as simba_acquire does (deterministic collation). */
-static bool
-same_text(Datum a, Datum b)
-{
-	text	   *x = DatumGetTextPP(a);
-	text	   *y = DatumGetTextPP(b);
-
-	return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
-		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
-}
 
 /* A column of a simba_mutex row, by name: the trigger does not depend on column order. */
 static Datum
@@ -145,7 +134,7 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 		new_owner = column(row, desc, "owner_id", &new_owner_null);
 		/* A renewal: same holder, same fence. Not logged. */
 		if (old_owner_null == new_owner_null &&
-			(old_owner_null || same_text(old_owner, new_owner)) &&
+			(old_owner_null || simba_same_text(old_owner, new_owner)) &&
 			DatumGetInt64(column(old, desc, "fence", &isnull)) ==
 			DatumGetInt64(column(row, desc, "fence", &isnull)))
 			return PointerGetDatum(NULL);
@@ -185,7 +174,7 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 			nulls[6] = isnull ? 'n' : ' ';
 			values[7] = column(old, desc, "fence", &isnull);
 			/* The same holder is the same id and role (no role: before 1.3). */
-			event = same_text(values[5], values[2]) &&
+			event = simba_same_text(values[5], values[2]) &&
 				(nulls[3] == 'n' || nulls[6] == 'n' ||
 				 namestrcmp(DatumGetName(values[3]), NameStr(*DatumGetName(values[6]))) == 0)
 				? "reacquired" : "taken_over";

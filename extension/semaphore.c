@@ -137,7 +137,7 @@ static SimbaPlan permit_read = {
 
 static SimbaPlan gc_keys = {
 	"SELECT key FROM simba_semaphore ORDER BY key",
-	0, {}
+	0, {}, .scans = true
 };
 
 static SimbaPlan gc_lock = {

@@ -26,18 +26,9 @@
  */
 #include "simba.h"
 
-#include "access/genam.h"
-#include "access/relscan.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
-#include "executor/tuptable.h"
 #include "utils/fmgroids.h"
-#include "utils/rel.h"
-#include "utils/relcache.h"
-#include "utils/snapmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/uuid.h"
@@ -47,11 +38,9 @@ PG_FUNCTION_INFO_V1(simba_session_keepalive_1_4);
 PG_FUNCTION_INFO_V1(simba_session_close_1_4);
 PG_FUNCTION_INFO_V1(simba_session_gc_1_4);
 PG_FUNCTION_INFO_V1(simba_session_ended);
+PG_FUNCTION_INFO_V1(simba_session_time);
 
-/* The caller's session: $1 id, $2 role, $3 roleid, $4 sysid; $5 origin. */
-#define CALLERS_SESSION \
-	"s.session_id = $1 AND " \
-	SIMBA_SAME_ROLE("s.owner_role", "s.owner_roleid", "s.owner_sysid", "$2", "$3", "$4")
+/* The arguments of SIMBA_CALLERS_SESSION ($1..$4), then $5 origin. */
 #define CALLER_ARGS UUIDOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID
 /* end of session, end of ttl, as this clock counts them */
 #define SESSION_TIMES \
@@ -71,7 +60,7 @@ static SimbaPlan session_insert = {
 /* Keepalive: the row locked against takeovers' FOR SHARE, then its lengths. */
 static SimbaPlan keepalive_lock = {
 	"SELECT " SESSION_TIMES ", s.ttl, s.transition FROM simba_session_lease AS s"
-	" WHERE " CALLERS_SESSION " FOR NO KEY UPDATE",
+	" WHERE " SIMBA_CALLERS_SESSION " FOR NO KEY UPDATE",
 	5, {CALLER_ARGS}
 };
 
@@ -85,12 +74,12 @@ static SimbaPlan keepalive_update = {
 
 /* Acquire under a session: kept from collection, not from keepalives. */
 static SimbaPlan join_lock = {
-	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " CALLERS_SESSION " FOR KEY SHARE",
+	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " SIMBA_CALLERS_SESSION " FOR KEY SHARE",
 	5, {CALLER_ARGS}
 };
 
 static SimbaPlan close_lock = {
-	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " CALLERS_SESSION " FOR UPDATE",
+	"SELECT " SESSION_TIMES " FROM simba_session_lease AS s WHERE " SIMBA_CALLERS_SESSION " FOR UPDATE",
 	5, {CALLER_ARGS}
 };
 
@@ -163,7 +152,7 @@ static SimbaPlan gc_lock = {
 	"SELECT pg_catalog.array_agg(l.session_id) FROM"
 	" (SELECT s.session_id FROM simba_session_lease AS s WHERE " SIMBA_SESSION_END("$2") " <= $1"
 	"  FOR UPDATE SKIP LOCKED) AS l",
-	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}
+	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, .scans = true
 };
 
 static Datum
@@ -409,41 +398,55 @@ static SimbaPlan ended_lock = {
 	3, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
+/* A session row's lease end `column` as the clock of origin counts it (simba_read_row). */
+typedef struct SessionTime
+{
+	const char *column;
+	bool		origin_null;
+	TimestampTz origin;
+	TimestampTz time;			/* out */
+} SessionTime;
+
+static void
+read_session_time(TupleTableSlot *slot, void *arg)
+{
+	SessionTime *st = arg;
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	bool		isnull,
+				clock_null;
+	TimestampTz end = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, st->column), &isnull));
+	TimestampTz renewed = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, "renewed_at"), &isnull));
+	Datum		clock = slot_getattr(slot, SPI_fnumber(desc, "clock_origin"), &clock_null);
+
+	st->time = simba_lease_end_at(end, renewed, clock_null, clock_null ? 0 : DatumGetTimestampTz(clock),
+								  st->origin_null, st->origin);
+}
+
 /*
- * Whether session `id` has ended at t as the running statement's snapshot
- * shows its row (absent: not ended, simba.h), read straight from its
- * primary key: a lock held under a live session, which every waiter's poll
- * meets, costs an index lookup rather than a statement.
+ * Session `id`'s lease end `column` (transition_at or ttl_at) as the clock
+ * of origin counts it, in the running statement's snapshot: false when the
+ * snapshot has no such row. A lock held under a live session, which every
+ * waiter's poll meets, costs an index lookup rather than a statement.
  */
+static bool
+session_time_in_snapshot(FunctionCallInfo fcinfo, Datum id, const char *column, bool origin_null,
+						 TimestampTz origin, TimestampTz *time)
+{
+	SessionTime st = {column, origin_null, origin, 0};
+
+	if (!simba_read_row(simba_session_table(fcinfo), F_UUID_EQ, id, read_session_time, &st))
+		return false;
+	*time = st.time;
+	return true;
+}
+
+/* Whether session `id` has ended at t in the running statement's snapshot (absent: not ended, simba.h). */
 static bool
 ended_in_snapshot(FunctionCallInfo fcinfo, Datum id, TimestampTz t, bool origin_null, TimestampTz origin)
 {
-	Relation	rel = table_open(simba_session_table(fcinfo), AccessShareLock);
-	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	IndexScanDesc scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
-	ScanKeyData key;
-	bool		ended = false;
+	TimestampTz end;
 
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_UUID_EQ, id);
-	index_rescan(scan, &key, 1, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		TupleDesc	desc = RelationGetDescr(rel);
-		bool		isnull,
-					clock_null;
-		TimestampTz end = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, "transition_at"), &isnull));
-		TimestampTz renewed = DatumGetTimestampTz(slot_getattr(slot, SPI_fnumber(desc, "renewed_at"), &isnull));
-		Datum		clock = slot_getattr(slot, SPI_fnumber(desc, "clock_origin"), &clock_null);
-
-		ended = simba_lease_end_at(end, renewed, clock_null, clock_null ? 0 : DatumGetTimestampTz(clock),
-								   origin_null, origin) <= t;
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
-	return ended;
+	return session_time_in_snapshot(fcinfo, id, "transition_at", origin_null, origin, &end) && end <= t;
 }
 
 /*
@@ -475,4 +478,29 @@ simba_session_ended(PG_FUNCTION_ARGS)
 						  origin_null ? "  n" : NULL, 1);
 	SPI_finish();
 	PG_RETURN_BOOL(ended > 0);
+}
+
+/*
+ * simba_session_time(session_id, column, origin): the session's ttl_at or
+ * transition_at as the clock of origin counts it, NULL for no session or
+ * one the statement's snapshot does not show. Internal (the owner's only):
+ * SIMBA_SESSION_TIME_OR (simba.h), in place of a subquery.
+ */
+Datum
+simba_session_time(PG_FUNCTION_ARGS)
+{
+	bool		origin_null = PG_ARGISNULL(2);
+	char	   *column;
+	TimestampTz time;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	column = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (strcmp(column, "ttl_at") != 0 && strcmp(column, "transition_at") != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("simba: col must be ttl_at or transition_at")));
+	if (!session_time_in_snapshot(fcinfo, PG_GETARG_DATUM(0), column, origin_null,
+								  origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(2), &time))
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(time);
 }

@@ -82,8 +82,7 @@ CREATE FUNCTION @extschema@.simba_session_open(
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_open_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_open(interval, interval) IS
   'simba: open a session of the caller''s role: mutexes (simba_acquire, simba_acquire_all, simba_fair_acquire), permits and read-write holds acquired under it live as long as it does';
 
@@ -91,8 +90,7 @@ CREATE FUNCTION @extschema@.simba_session_keepalive(session_id uuid)
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_keepalive_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_keepalive(uuid) IS
   'simba: renew the caller''s live session by its ttl and transition; SB004 if it has ended, is unknown or another role''s (then nothing it held is held)';
 
@@ -100,8 +98,7 @@ CREATE FUNCTION @extschema@.simba_session_close(session_id uuid)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_session_close_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_close(uuid) IS
   'simba: end the caller''s session, releasing every mutex, permit and read-write hold held under it (NOTIFY simba for each, as their releases send; a fair queue''s head on its wake_channel); returns how many it released (0 for an ended or unknown session)';
 
@@ -125,28 +122,24 @@ CREATE FUNCTION @extschema@.simba_acquire(
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire the mutex when free or past transition_at, renew it when already owner; under a session (session_id), the tenure lives as long as the session and ttl and transition are not used; returns the owner after the attempt';
 CREATE OR REPLACE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_owner(mutex text)
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_owner_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_fence_check(mutex text, contender_id text, fence bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 DROP FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text);
 CREATE FUNCTION @extschema@.simba_semaphore_acquire(
     key        text,
@@ -158,30 +151,26 @@ CREATE FUNCTION @extschema@.simba_semaphore_acquire(
 RETURNS @extschema@.simba_permit
 AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text, uuid) IS
   'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call; under a session (session_id) it lives as long as the session and ttl is not used';
 CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
   'simba: extend a live permit to now + ttl (under a session: no change); false once it expired or was taken over';
 CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_fence_check(key text, token uuid, fence bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_semaphore_gc_1_4'
@@ -196,8 +185,7 @@ CREATE OR REPLACE FUNCTION @extschema@.simba_force_release(mutex text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_force_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE FUNCTION @extschema@.simba_grant(role regrole)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_grant_1_4'
@@ -220,8 +208,7 @@ CREATE FUNCTION @extschema@.simba_renew(
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_renew_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_renew(text, text, bigint, interval, interval) IS
   'simba: renew the caller''s live tenure with this fence; never takes the mutex (a lost tenure stays lost); returns the owner after the attempt';
 
@@ -344,6 +331,15 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_ended(uuid, timestamptz, timestamptz, boolean) IS
   'simba (internal): whether the session has ended at t on the clock of origin, its row locked FOR SHARE when it has and lock';
 
+-- SIMBA_SESSION_TIME_OR of the lock path's statements (simba.h, session.c):
+-- the owner's only, as its statements run as the owner.
+CREATE FUNCTION @extschema@.simba_session_time(session_id uuid, col text, origin timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'simba_session_time'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.simba_session_time(uuid, text, timestamptz) IS
+  'simba (internal): the session''s ttl_at or transition_at (col) on the clock of origin, NULL if the statement''s snapshot has no such session';
+
 -- Lease times as clients read them (clock.c): exact, and without the
 -- numeric arithmetic of extract(epoch ...). Looks nothing up, so no
 -- search_path to pin; EXECUTE comes with simba_grant.
@@ -364,8 +360,7 @@ CREATE FUNCTION @extschema@.simba_acquire_all(
 RETURNS SETOF @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
 LANGUAGE C VOLATILE ROWS 10
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval, uuid) IS
   'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence; under a session (session_id) every one lives as long as the session and ttl and transition are not used';
 
@@ -373,8 +368,7 @@ CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'simba_release_all_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
   'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
 
@@ -437,8 +431,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_acquire(
 RETURNS @extschema@.simba_rwlock_grant
 AS 'MODULE_PATHNAME', 'simba_rwlock_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval, uuid) IS
   'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005); under a session (session_id) a read or write hold lives as long as the session, a waiting writer''s place by its own ttl and transition';
 
@@ -446,8 +439,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_release(rwlock text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_rwlock_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_release(text, text) IS
   'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name (not for a reader while no writer waits: nobody waits for it); false and no change otherwise';
 
@@ -455,8 +447,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_fence_check(rwlock text, contender_id t
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_rwlock_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
   'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired, or its session ended) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
 
@@ -502,8 +493,7 @@ CREATE FUNCTION @extschema@.simba_fair_acquire(
 RETURNS @extschema@.simba_fair_owner
 AS 'MODULE_PATHNAME', 'simba_fair_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again, also under a session); under a session (session_id) the tenure lives as long as the session';
 
@@ -511,8 +501,7 @@ CREATE FUNCTION @extschema@.simba_fair_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_fair_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_fair_release(text, text) IS
   'simba: release the caller''s live tenure (true), or withdraw its place in the queue; NOTIFY only the waiter whose turn it is now, on its wake_channel';
 

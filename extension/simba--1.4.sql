@@ -21,11 +21,11 @@
 -- simba_grant(role). The functions run as the caller (a lease is the
 -- caller's), with a pinned search_path, and their statements run as the
 -- function's owner, reaching the tables by the schema's OID; the tables are
--- written only through them. enable_seqscan is off inside the lock and
--- permit functions: their plans are kept, and one chosen while a table was
--- tiny must not scan it whole once it has grown (the admin functions scan
--- whole tables on purpose and keep it on: a disabled scan's cost would only
--- push them past jit_above_cost). SECURITY.md has the threat model.
+-- written only through them. Their statements are planned without
+-- sequential scans (simba_execute, simba.c): plans are kept, and one chosen
+-- while a table was tiny must not scan it whole once it has grown (the
+-- admin functions' whole-table statements keep them: a disabled scan's cost
+-- would only push them past jit_above_cost). SECURITY.md has the threat model.
 
 \echo Use "CREATE EXTENSION simba" to load this file. \quit
 
@@ -106,8 +106,7 @@ CREATE FUNCTION @extschema@.simba_session_open(
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_open_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_open(interval, interval) IS
   'simba: open a session of the caller''s role: mutexes (simba_acquire, simba_acquire_all, simba_fair_acquire), permits and read-write holds acquired under it live as long as it does';
 
@@ -115,8 +114,7 @@ CREATE FUNCTION @extschema@.simba_session_keepalive(session_id uuid)
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_keepalive_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_keepalive(uuid) IS
   'simba: renew the caller''s live session by its ttl and transition; SB004 if it has ended, is unknown or another role''s (then nothing it held is held)';
 
@@ -124,8 +122,7 @@ CREATE FUNCTION @extschema@.simba_session_close(session_id uuid)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_session_close_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_session_close(uuid) IS
   'simba: end the caller''s session, releasing every mutex, permit and read-write hold held under it (NOTIFY simba for each, as their releases send; a fair queue''s head on its wake_channel); returns how many it released (0 for an ended or unknown session)';
 
@@ -146,8 +143,7 @@ CREATE FUNCTION @extschema@.simba_acquire(
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire the mutex when free or past transition_at, renew it when already owner; under a session (session_id), the tenure lives as long as the session and ttl and transition are not used; returns the owner after the attempt';
 
@@ -160,8 +156,7 @@ CREATE FUNCTION @extschema@.simba_renew(
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_renew_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_renew(text, text, bigint, interval, interval) IS
   'simba: renew the caller''s live tenure with this fence; never takes the mutex (a lost tenure stays lost); returns the owner after the attempt';
 
@@ -169,8 +164,7 @@ CREATE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_release(text, text) IS
   'simba: release the mutex if the caller holds it (true), NOTIFY simba with the mutex name; false and no change otherwise';
 
@@ -178,8 +172,7 @@ CREATE FUNCTION @extschema@.simba_owner(mutex text)
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_owner_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_owner(text) IS
   'simba: the current owner, no change; owner_id NULL when free, expired or unknown';
 
@@ -187,8 +180,7 @@ CREATE FUNCTION @extschema@.simba_fence_check(mutex text, contender_id text, fen
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_fence_check(text, text, bigint) IS
   'simba: error (SB001 not owner, SB002 stale fence, SB003 lease expired) unless the caller holds the mutex with this fence; locks the row FOR SHARE until the calling transaction ends';
 
@@ -202,8 +194,7 @@ CREATE FUNCTION @extschema@.simba_acquire_all(
 RETURNS SETOF @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
 LANGUAGE C VOLATILE ROWS 10
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval, uuid) IS
   'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence; under a session (session_id) every one lives as long as the session and ttl and transition are not used';
 
@@ -211,8 +202,7 @@ CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'simba_release_all_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
   'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
 
@@ -275,8 +265,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_acquire(
 RETURNS @extschema@.simba_rwlock_grant
 AS 'MODULE_PATHNAME', 'simba_rwlock_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval, uuid) IS
   'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005); under a session (session_id) a read or write hold lives as long as the session, a waiting writer''s place by its own ttl and transition';
 
@@ -284,8 +273,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_release(rwlock text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_rwlock_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_release(text, text) IS
   'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name (not for a reader while no writer waits: nobody waits for it); false and no change otherwise';
 
@@ -293,8 +281,7 @@ CREATE FUNCTION @extschema@.simba_rwlock_fence_check(rwlock text, contender_id t
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_rwlock_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
   'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired, or its session ended) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
 
@@ -340,8 +327,7 @@ CREATE FUNCTION @extschema@.simba_fair_acquire(
 RETURNS @extschema@.simba_fair_owner
 AS 'MODULE_PATHNAME', 'simba_fair_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again, also under a session); under a session (session_id) the tenure lives as long as the session';
 
@@ -349,8 +335,7 @@ CREATE FUNCTION @extschema@.simba_fair_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_fair_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_fair_release(text, text) IS
   'simba: release the caller''s live tenure (true), or withdraw its place in the queue; NOTIFY only the waiter whose turn it is now, on its wake_channel';
 
@@ -381,6 +366,15 @@ AS 'MODULE_PATHNAME', 'simba_session_ended'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_ended(uuid, timestamptz, timestamptz, boolean) IS
   'simba (internal): whether the session has ended at t on the clock of origin, its row locked FOR SHARE when it has and lock';
+
+-- SIMBA_SESSION_TIME_OR of the lock path's statements (simba.h, session.c):
+-- the owner's only, as its statements run as the owner.
+CREATE FUNCTION @extschema@.simba_session_time(session_id uuid, col text, origin timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'simba_session_time'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.simba_session_time(uuid, text, timestamptz) IS
+  'simba (internal): the session''s ttl_at or transition_at (col) on the clock of origin, NULL if the statement''s snapshot has no such session';
 
 -- Lease times as clients read them (clock.c): exact, and without the
 -- numeric arithmetic of extract(epoch ...). Looks nothing up, so no
@@ -450,8 +444,7 @@ CREATE FUNCTION @extschema@.simba_semaphore_acquire(
 RETURNS @extschema@.simba_permit
 AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text, uuid) IS
   'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call; under a session (session_id) it lives as long as the session and ttl is not used';
 
@@ -459,8 +452,7 @@ CREATE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl in
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
   'simba: extend a live permit to now + ttl (under a session: no change); false once it expired or was taken over';
 
@@ -468,8 +460,7 @@ CREATE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_release(text, uuid) IS
   'simba: give a live permit back and NOTIFY simba with the key; false for an expired, taken-over or unknown token';
 
@@ -477,8 +468,7 @@ CREATE FUNCTION @extschema@.simba_semaphore_fence_check(key text, token uuid, fe
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_fence_check(text, uuid, bigint) IS
   'simba: error (SB001 not holder, SB002 stale fence, SB003 expired) unless the token holds a live permit with this fence; its slot is not granted again until the calling transaction ends';
 
@@ -675,8 +665,7 @@ CREATE FUNCTION @extschema@.simba_force_release(mutex text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_force_release_1_4'
 LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.simba_force_release(text) IS
   'simba: admin only — free the mutex whoever holds it (the next holder gets the next fence) and NOTIFY simba; false if it was free';
 

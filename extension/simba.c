@@ -16,6 +16,10 @@
  */
 #include "simba.h"
 
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -24,11 +28,14 @@
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "optimizer/cost.h"
 #include "utils/builtins.h"
 #include "utils/resowner.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -266,6 +273,7 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	SimbaFunction *f = calling_function(fcinfo);
 	Oid			save_user;
 	int			save_sec;
+	bool		save_seqscan = enable_seqscan;
 	volatile int rc = 0;
 
 	/*
@@ -278,6 +286,11 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(f->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	simba_running_plan = p;
+	/*
+	 * Set for planning only, so not through the GUC machinery: a function's
+	 * SET clause would cost every call a save and restore of the setting.
+	 */
+	enable_seqscan = p->scans;
 	PG_TRY();
 	{
 		if (p->plan == NULL)
@@ -291,6 +304,7 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	PG_FINALLY();
 	{
 		simba_running_plan = outer;
+		enable_seqscan = save_seqscan;
 		SetUserIdAndSecContext(save_user, save_sec);
 		PopOverrideSearchPath();
 	}
@@ -299,6 +313,39 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	if (rc < 0)
 		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+bool
+simba_read_row(Oid relid, RegProcedure eqproc, Datum key, void (*read) (TupleTableSlot *slot, void *arg), void *arg)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	IndexScanDesc scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
+	ScanKeyData skey;
+	bool		found;
+
+	/* The index's collation: a text key's btree is ordered by it. */
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid, idx->rd_indcollation[0], eqproc, key);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+		read(slot, arg);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+bool
+simba_same_text(Datum a, Datum b)
+{
+	text	   *x = DatumGetTextPP(a);
+	text	   *y = DatumGetTextPP(b);
+
+	return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
 }
 
 bool

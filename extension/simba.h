@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "utils/timestamp.h"
 
@@ -37,11 +38,15 @@ typedef struct SimbaPlan
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[14];
+	bool		scans;			/* an admin's whole-table statement: may scan sequentially */
 	SPIPlanPtr	plan;			/* NULL until first use */
 } SimbaPlan;
 
 /*
  * Run a plan (inside SPI_connect) and return SPI_processed; nulls as SPI's.
+ * Unless the plan scans, it is planned (and replanned) without sequential
+ * scans: kept from a table of a few rows, a plan must not scan the table
+ * whole once it has grown (docs/design.md, "Plans and growth").
  * The statement runs as the owner of the calling SQL function (simba's
  * functions are not SECURITY DEFINER: see SimbaCaller). Under REPEATABLE
  * READ and SERIALIZABLE it reads the latest committed data, not the
@@ -54,6 +59,18 @@ extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 /* The OID of simba_mutex in the install of the calling SQL function. */
 extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
 extern Oid	simba_session_table(FunctionCallInfo fcinfo);
+
+/*
+ * Reads the row of table relid whose one-column primary key equals key
+ * (eqproc), as the running statement's snapshot shows it, straight from
+ * the index: a read that costs an index lookup rather than a statement.
+ * Calls read(slot, arg) on it and returns true; false when there is none.
+ * No privilege is checked: for simba's own tables only.
+ */
+extern bool simba_read_row(Oid relid, RegProcedure eqproc, Datum key,
+						   void (*read) (TupleTableSlot *slot, void *arg), void *arg);
+/* Byte equality of two texts: ids are compared so (deterministic collation). */
+extern bool simba_same_text(Datum a, Datum b);
 
 /* The plan simba_execute is running now (the history trigger reads it). */
 extern SimbaPlan *simba_running_plan;
@@ -144,11 +161,17 @@ extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool c
 	"simba_session_ended(" id_col ", " t ", " origin ", " lock ")"
 /*
  * A time of a row that may be under a session, as this clock counts it: its
- * session's `session_col` when `id_col` names a session row, else `own`.
+ * session's `session_col` (ttl_at or transition_at) when `id_col` names a
+ * session row in the statement's snapshot, else `own`. A function
+ * (simba_session_time, session.c) rather than a subquery, for the reason
+ * above: the subquery cost every statement that showed an owner's times
+ * about 65k instructions each, session or not (bench/README.md).
  */
 #define SIMBA_SESSION_TIME_OR(id_col, session_col, origin, own) \
-	"COALESCE((SELECT " SIMBA_LEASE_END("s." session_col, "s.renewed_at", "s.clock_origin", origin) \
-	" FROM simba_session_lease AS s WHERE s.session_id = " id_col "), " own ")"
+	"COALESCE(simba_session_time(" id_col ", '" session_col "', " origin "), " own ")"
+/* Session row s is the caller's: $1 its id, $2 role, $3 roleid, $4 sysid (SimbaCaller). */
+#define SIMBA_CALLERS_SESSION \
+	"s.session_id = $1 AND " SIMBA_SAME_ROLE("s.owner_role", "s.owner_roleid", "s.owner_sysid", "$2", "$3", "$4")
 #define SIMBA_LIVE_UNDER(own_end, id_col, t, origin, lock) \
 	"(CASE WHEN " id_col " IS NULL THEN " own_end " > " t \
 	" ELSE NOT " SIMBA_SESSION_ENDED(id_col, t, origin, lock) " END)"

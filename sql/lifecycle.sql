@@ -53,6 +53,14 @@ SELECT pg_stat_reset_single_table_counters('simba_mutex'::regclass);
 SELECT count(*) FROM generate_series(1, 2000) i, LATERAL simba_acquire('plan-' || i, 'a', '1h', '0s');
 SELECT pg_stat_force_next_flush();
 SELECT seq_scan, idx_scan >= 2000 AS by_index FROM pg_stat_user_tables WHERE relid = 'simba_mutex'::regclass;
+-- simba plans its own statements that way whatever the caller's setting,
+-- which it leaves as it was
+SET enable_seqscan = off;
+SELECT owner_id FROM simba_owner('plan-1');
+SHOW enable_seqscan;
+RESET enable_seqscan;
+SELECT owner_id FROM simba_owner('plan-1');
+SHOW enable_seqscan;
 
 -- simba_mutex_gc: the rows of free mutexes go; live leases and fences stay
 SELECT count(*) FROM generate_series(1, 2000) i, LATERAL simba_release('plan-' || i, 'a') r WHERE r;

@@ -52,6 +52,8 @@ SELECT simba_session_ended(gen_random_uuid(), now(), NULL, true);
 \echo :LAST_ERROR_SQLSTATE
 SELECT simba_lease_end(now(), now(), NULL, now());
 \echo :LAST_ERROR_SQLSTATE
+SELECT simba_session_time(gen_random_uuid(), 'ttl_at', now());
+\echo :LAST_ERROR_SQLSTATE
 SELECT simba_epoch_us('1970-01-01 00:00:01+00');
 -- still no direct access to the table: only through the functions
 UPDATE simba_mutex SET owner_id = 'me' WHERE mutex = 'sec';

@@ -282,6 +282,20 @@ SELECT session_id AS lw2 FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id, fence > :lh_fence AS new_fence FROM simba_acquire('lose', 'b', session_id => :'lw2');
 SELECT simba_session_close(:'lw2') AS lw2_released;
 RESET ROLE;
+-- the owner's times under a session are the session's (simba_session_time,
+-- internal): NULL for no session or an unknown one, only ttl_at and
+-- transition_at
+SELECT session_id AS st, ttl_at AS st_ttl, transition_at AS st_tr FROM simba_session_open('1h', '0s') \gset
+SELECT simba_session_time(:'st', 'ttl_at', o.origin) = :'st_ttl' AS ttl_is_session,
+       simba_session_time(:'st', 'transition_at', o.origin) = :'st_tr' AS transition_is_session,
+       simba_session_time(NULL, 'ttl_at', o.origin) IS NULL AS none_null,
+       simba_session_time(gen_random_uuid(), 'ttl_at', o.origin) IS NULL AS unknown_null
+  FROM simba_clock() AS o;
+SELECT simba_session_time(:'st', 'renewed_at', now());
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_session_time(:'st', NULL, now());
+\echo :LAST_ERROR_SQLSTATE
+SELECT simba_session_close(:'st') AS st_released;
 -- bad input: its SQLSTATE, nothing changes
 CREATE TEMP TABLE before AS SELECT * FROM simba_session_lease;
 SELECT simba_session_open(NULL);
