@@ -87,12 +87,42 @@ ha_pid_if() { # file what
 
 ha_postmaster_pid() { ha_pid_if "$dir/$1/data/postmaster.pid" "$dir/$1/data"; }
 
-# Every process of a node's PostgreSQL: the postmaster and its children.
-ha_pg_pids() { # node
-  local pm
-  pm=$(ha_postmaster_pid "$1") || return 0
-  echo "$pm"
-  ps -o pid= --ppid "$pm" 2>/dev/null || true
+# Every process of a node's PostgreSQL: each "postgres" process whose
+# working directory is the node's data directory (a postmaster changes to
+# it, its children inherit it). That includes a backend forked after its
+# postmaster's children were listed, and one orphaned since.
+ha_pg_pids() { # node (builtins only: it reads every process)
+  local p comm
+  for p in /proc/[0-9]*; do
+    read -r comm 2>/dev/null <"$p/comm" || continue
+    [ "$comm" = postgres ] && [ "$p/cwd" -ef "$dir/$1/data" ] && echo "${p#/proc/}"
+  done
+  true
+}
+
+# SIGKILL a node's PostgreSQL until none of the processes it had is left;
+# prints how many that took. One pass is not enough: a backend forked
+# between the listing and the kill outlives its postmaster, and one stuck on
+# a lock a killed process held never exits. It keeps the shared memory
+# attached, so PostgreSQL refuses to start there again (seen on
+# pg_auto_failover: the node never came back). A PostgreSQL its manager
+# starts again meanwhile started after the first kill, and is left alone.
+ha_pg_kill_all() { # node
+  local since pids p stat all="" i
+  since=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", $1 * hz }' /proc/uptime)
+  for i in $(seq 100); do
+    pids=""
+    for p in $(ha_pg_pids "$1"); do
+      # field 22 of stat: the start time, in clock ticks since boot
+      read -r -a stat 2>/dev/null <"/proc/$p/stat" && [ "${stat[21]}" -le "$since" ] && pids="$pids $p"
+    done
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true  # one may have exited meanwhile
+    all="$all $pids"
+    sleep 0.05
+  done
+  tr ' ' '\n' <<<"$all" | sort -u | grep -c . || true
 }
 
 ha_psql() { # port args... (direct to a node, bypassing the proxies)
@@ -127,7 +157,7 @@ ha_pg_stop_now() { # node
   if ha_postmaster_pid "$1" >/dev/null; then
     ha_as_pg "$PG_BIN/pg_ctl" -D "$dir/$1/data" -m immediate -w -t 20 stop >/dev/null 2>&1 || true
   fi
-  for pid in $(ha_pg_pids "$1"); do kill -KILL "$pid" 2>/dev/null || true; done
+  ha_pg_kill_all "$1" >/dev/null
 }
 
 # For the fault scripts: the time in ms, and since a time.

@@ -65,12 +65,9 @@ wait_new_leader() { # seconds
 
 case "$kind" in
   pg-kill)
-    pids=$(ha_pg_pids "$old")
-    [ -n "$pids" ] || fail "no postmaster on $old"
+    [ -n "$(ha_pg_pids "$old")" ] || fail "no postmaster on $old"
     echo start
-    # shellcheck disable=SC2086
-    kill -KILL $pids
-    echo "healed postgres of $old SIGKILLed ($(wc -w <<<"$pids") processes)"
+    echo "healed postgres of $old SIGKILLed ($(ha_pg_kill_all "$old") processes)"
     ;;
   patroni-kill)
     pid=$(ha_patroni_pid "$old") || fail "no patroni on $old"
@@ -152,10 +149,8 @@ case "$kind" in
     # shellcheck disable=SC2086
     kill -STOP $walsenders
     sleep "$(awk -v ms="$HA_STALL_MS" 'BEGIN { printf "%.3f", ms / 1000 }')"  # the stall's length
-    pids=$(ha_pg_pids "$old")
     kill -KILL "$ppid"
-    # shellcheck disable=SC2086
-    kill -KILL $pids
+    ha_pg_kill_all "$old" >/dev/null
     wait_new_leader $((HA_TTL * 3)) && took="$new leads after $(ha_since "$t0")" || took="no new leader in $((HA_TTL * 3)) s"
     ha_start_patroni "$old"
     echo "healed $old's walsenders stopped ${HA_STALL_MS} ms, then its patroni and postgres SIGKILLed, $took, patroni restarted"

@@ -246,4 +246,15 @@ ha_log_tails() { # lines
   pgaf show state --pgdata "$dir/monitor/data" 2>&1 || true
   for n in $ha_nodes; do echo "--- $n pg_autoctl log (tail)"; tail -n "$1" "$dir/$n/autoctl.log" || true; done
   echo "--- monitor pg_autoctl log (tail)"; tail -n "$1" "$dir/monitor/autoctl.log" || true
+  # For a node that pg_autoctl cannot start again: whose PID its lock file
+  # names and whether that process is still there, what its server logged
+  # last, and what runs of PostgreSQL and pg_autoctl.
+  local pid log
+  for n in $ha_nodes; do
+    pid=$(head -n 1 "$dir/$n/data/postmaster.pid" 2>/dev/null || true)
+    echo "--- $n postmaster.pid: ${pid:-none} ($( [ -n "$pid" ] && ps -o stat=,etimes=,args= -p "$pid" 2>/dev/null || echo 'no such process'))"
+    log=$(ls -t "$dir/$n/data/log" 2>/dev/null | head -n 1 || true)
+    if [ -n "$log" ]; then tail -n 3 "$dir/$n/data/log/$log" || true; fi
+  done
+  echo "--- processes"; ps -eo pid,ppid,stat,etimes,args | grep -E '[p]ostgres|[p]g_autoctl' | head -n 80 || true
 }

@@ -71,10 +71,10 @@ wait_new_primary() { # seconds
 # SIGKILLs the node's pg_autoctl processes and its PostgreSQL together.
 kill_node() { # node
   local pids
-  pids="$(pgaf_autoctl_pids "$1") $(ha_pg_pids "$1")"
+  pids=$(pgaf_autoctl_pids "$1")
   # shellcheck disable=SC2086
   kill -KILL $pids 2>/dev/null || true  # one may have exited meanwhile
-  wc -w <<<"$pids"
+  echo $(($(wc -w <<<"$pids") + $(ha_pg_kill_all "$1")))
 }
 
 # The longest a failover may take here: unhealthy + demote timeout + the
@@ -83,12 +83,9 @@ failover_s=$((HA_UNHEALTHY_S + HA_DEMOTE_S + 30))
 
 case "$kind" in
   pg-kill)
-    pids=$(ha_pg_pids "$old")
-    [ -n "$pids" ] || fail "no postmaster on $old"
+    [ -n "$(ha_pg_pids "$old")" ] || fail "no postmaster on $old"
     echo start
-    # shellcheck disable=SC2086
-    kill -KILL $pids
-    echo "healed postgres of $old SIGKILLed ($(wc -w <<<"$pids") processes)"
+    echo "healed postgres of $old SIGKILLed ($(ha_pg_kill_all "$old") processes)"
     ;;
   node-kill|stall-kill)
     pgaf_autoctl_pid "$old" >/dev/null || fail "no pg_autoctl on $old"
