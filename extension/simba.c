@@ -287,8 +287,9 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	SetUserIdAndSecContext(f->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	simba_running_plan = p;
 	/*
-	 * Set for planning only, so not through the GUC machinery: a function's
-	 * SET clause would cost every call a save and restore of the setting.
+	 * Only the planner reads it, so it is set directly for this statement
+	 * rather than through the GUC machinery: a SET clause on each function
+	 * cost every call a save and restore of the setting.
 	 */
 	enable_seqscan = p->scans;
 	PG_TRY();

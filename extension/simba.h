@@ -164,8 +164,8 @@ extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool c
  * session's `session_col` (ttl_at or transition_at) when `id_col` names a
  * session row in the statement's snapshot, else `own`. A function
  * (simba_session_time, session.c) rather than a subquery, for the reason
- * above: the subquery cost every statement that showed an owner's times
- * about 65k instructions each, session or not (bench/README.md).
+ * above: the two subqueries of an owner's times cost every losing attempt
+ * 38.5k instructions, session or not (bench/README.md).
  */
 #define SIMBA_SESSION_TIME_OR(id_col, session_col, origin, own) \
 	"COALESCE(simba_session_time(" id_col ", '" session_col "', " origin "), " own ")"

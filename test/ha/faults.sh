@@ -65,7 +65,7 @@ wait_new_leader() { # seconds
 
 case "$kind" in
   pg-kill)
-    [ -n "$(ha_pg_pids "$old")" ] || fail "no postmaster on $old"
+    ha_postmaster_pid "$old" >/dev/null || fail "no postmaster on $old"
     echo start
     echo "healed postgres of $old SIGKILLed ($(ha_pg_kill_all "$old") processes)"
     ;;
@@ -116,8 +116,8 @@ case "$kind" in
     echo "healed $old cut from etcd: ${demoted:-not demoted}, leader ${new:-none} after $(ha_since "$t0")"
     ;;
   pause)
+    ha_postmaster_pid "$old" >/dev/null || fail "no postmaster on $old"
     pids=$(ha_pg_pids "$old")
-    [ -n "$pids" ] || fail "no postmaster on $old"
     echo start
     t0=$(ha_now_ms)
     # shellcheck disable=SC2086
