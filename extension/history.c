@@ -221,6 +221,7 @@ simba_force_release_1_4(PG_FUNCTION_ARGS)
 	if (released)
 		simba_fair_wake(fcinfo, (Datum[]) {PointerGetDatum(mutex)}, 1, t);
 	SPI_finish();
+	/* Always, whatever simba.notify says: the holder that lost it may not be registered. */
 	if (released)
 		Async_Notify("simba", text_to_cstring(mutex));
 	PG_RETURN_BOOL(released);

@@ -38,7 +38,6 @@
 #include "simba.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -415,7 +414,7 @@ simba_release_1_4(PG_FUNCTION_ARGS)
 
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
 	if (released)
-		Async_Notify("simba", text_to_cstring(mutex));
+		simba_wake(text_to_cstring(mutex));
 	PG_RETURN_BOOL(released);
 }
 
@@ -694,6 +693,6 @@ simba_release_all_1_4(PG_FUNCTION_ARGS)
 	/* One NOTIFY per mutex released, as simba_release sends. */
 	for (i = 0; i < n; i++)
 		if (released[i])
-			Async_Notify("simba", text_to_cstring(names[i]));
+			simba_wake(text_to_cstring(names[i]));
 	PG_RETURN_INT32(count);
 }

@@ -45,6 +45,7 @@ static const char *const granted_functions[] = {
 	"simba_session_open(interval, interval)",
 	"simba_session_keepalive(uuid)",
 	"simba_session_close(uuid)",
+	"simba_wait(text[], boolean)",
 	"simba_clock()",
 	"simba_epoch_us(timestamptz)",
 };

@@ -38,7 +38,6 @@
 #include "simba.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "funcapi.h"
 #include "storage/itemptr.h"
 #include "utils/builtins.h"
@@ -440,7 +439,7 @@ simba_rwlock_release_1_4(PG_FUNCTION_ARGS)
 	SPI_finish();
 	/* Whoever waits for it may be granted now (delivered at commit). */
 	if (changed && r.notify)
-		Async_Notify("simba", text_to_cstring(r.rwlock));
+		simba_wake(text_to_cstring(r.rwlock));
 	PG_RETURN_BOOL(r.released);
 }
 

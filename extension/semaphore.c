@@ -24,7 +24,6 @@
 #include "simba.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 
@@ -349,7 +348,7 @@ simba_semaphore_release_1_4(PG_FUNCTION_ARGS)
 	SPI_finish();
 	/* Wake the waiters (delivered at commit, like NOTIFY). */
 	if (released)
-		Async_Notify("simba", text_to_cstring(key));
+		simba_wake(text_to_cstring(key));
 	PG_RETURN_BOOL(released);
 }
 

@@ -27,7 +27,6 @@
 #include "simba.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "utils/fmgroids.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -364,7 +363,7 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 	}
 	/* Wake the waiters of each mutex, key and rwlock (delivered at commit; repeats fold into one). */
 	foreach(lc, woken)
-		Async_Notify("simba", (char *) lfirst(lc));
+		simba_wake((char *) lfirst(lc));
 	SPI_finish();
 	PG_RETURN_INT64(released);
 }

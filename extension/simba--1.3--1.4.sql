@@ -563,6 +563,16 @@ SELECT r.rwlock,
 COMMENT ON VIEW @extschema@.simba_rwlock_status IS
   'simba: every read-write lock now: mode write, read or free, its live holders (under a session: while the session lives), the writers waiting for it, and the write epoch (write_fence)';
 
+-- Wake-ups (wake.c): a waiter registers on its LISTEN connection, so that
+-- under simba.notify = registered a release nobody waits for skips its NOTIFY.
+CREATE FUNCTION @extschema@.simba_wait(names text[], waiting boolean DEFAULT true)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'simba_wait'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_wait(text[], boolean) IS
+  'simba: register this connection (the one that LISTENs on simba) as a waiter on each name, or (waiting false) drop registrations it made; returns the names a release under way kept it from registering (call again for those). Under simba.notify = registered only releases of registered names send NOTIFY simba';
+
 -- Exactly the documented privileges, then every role granted before gets
 -- what simba_grant gives today (the functions and views added since).
 SELECT @extschema@.simba_strip_privileges(true);

@@ -694,6 +694,16 @@ CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
 COMMENT ON EVENT TRIGGER simba_drop_guard IS
   'simba: refuse to drop simba while leases or permits are live (a re-created extension starts fences at 1)';
 
+-- Wake-ups (wake.c): a waiter registers on its LISTEN connection, so that
+-- under simba.notify = registered a release nobody waits for skips its NOTIFY.
+CREATE FUNCTION @extschema@.simba_wait(names text[], waiting boolean DEFAULT true)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'simba_wait'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.simba_wait(text[], boolean) IS
+  'simba: register this connection (the one that LISTENs on simba) as a waiter on each name, or (waiting false) drop registrations it made; returns the names a release under way kept it from registering (call again for those). Under simba.notify = registered only releases of registered names send NOTIFY simba';
+
 -- Granting on purpose (see the header): one call per application role.
 CREATE FUNCTION @extschema@.simba_grant(role regrole)
 RETURNS void

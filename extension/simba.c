@@ -122,6 +122,12 @@ _PG_init(void)
 	GucSource	history_before = placeholder_reset_source("simba.history");
 	GucSource	max_lease_before = placeholder_reset_source("simba.max_lease");
 	GucSource	drop_before = placeholder_reset_source("simba.drop_live_leases");
+	GucSource	notify_before = placeholder_reset_source("simba.notify");
+	static const struct config_enum_entry notify_options[] = {
+		{"always", SIMBA_NOTIFY_ALWAYS, false},
+		{"registered", SIMBA_NOTIFY_REGISTERED, false},
+		{NULL, 0, false}
+	};
 
 	DefineCustomBoolVariable("simba.history",
 							 "Logs changes of hands of simba mutexes to simba_mutex_history.",
@@ -148,10 +154,21 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomEnumVariable("simba.notify",
+							 "Which releases send their NOTIFY simba: always, or only while a waiter is registered.",
+							 "registered skips the NOTIFY of a release nobody registered with simba_wait() "
+							 "waits for; a plain LISTEN simba that does not register then misses it.",
+							 &simba_notify,
+							 SIMBA_NOTIFY_ALWAYS,
+							 notify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
 	guard_placeholder("simba.history", history_before);
 	guard_placeholder("simba.max_lease", max_lease_before);
 	guard_placeholder("simba.drop_live_leases", drop_before);
+	guard_placeholder("simba.notify", notify_before);
 	RegisterXactCallback(simba_xact_callback, NULL);
 }
 

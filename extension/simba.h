@@ -230,6 +230,16 @@ extern void simba_check_lease(int64 ttl, int64 transition);
 extern bool simba_history;
 extern int	simba_max_lease;
 extern bool simba_drop_live_leases;
+
+/* simba.notify (wake.c): which releases send their NOTIFY simba. */
+typedef enum SimbaNotify
+{
+	SIMBA_NOTIFY_ALWAYS,		/* every release: plain LISTEN simba hears all */
+	SIMBA_NOTIFY_REGISTERED		/* only while a waiter registered (simba_wait) */
+} SimbaNotify;
+extern int	simba_notify;
+/* NOTIFY simba, name at commit, unless simba.notify lets it skip (wake.c). */
+extern void simba_wake(const char *name);
 /* Inside SPI: log a release that found its lease over, once per tenure. */
 extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender,
 								   const SimbaCaller *caller, TimestampTz t);

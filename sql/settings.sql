@@ -30,6 +30,11 @@ SELECT simba_semaphore_acquire('settings-k', 'b', 1, '100 hours');
 SELECT simba_owner('settings');
 \echo :LAST_ERROR_SQLSTATE
 
+-- simba.notify too: a connection cannot make releases skip their NOTIFY
+\c -reuse-previous=on "user=regress_simba_conn options='-c simba.notify=registered'"
+SELECT simba_release('settings', 'a');
+\echo :LAST_ERROR_SQLSTATE
+
 -- a superuser may set them for its own connection
 \c -reuse-previous=on "user=":su" options='-c simba.max_lease=2'"
 SHOW simba.max_lease;
