@@ -36,15 +36,17 @@ int			simba_notify = SIMBA_NOTIFY_ALWAYS;
 #define SIMBA_WAKE_CLASS 0x53494d42
 /* Each LISTEN connection holds at most this many locks, half its share of the lock table. */
 #define SIMBA_WAKE_BUCKETS 32
-/* A registration refused by a release under way tries again for this long (1 ms steps). */
+StaticAssertDecl(SIMBA_WAKE_BUCKETS <= 32, "simba_wait keeps its busy buckets in 32 bits");
+/* Registrations refused by releases under way try again for this long in all (1 ms steps). */
 #define SIMBA_WAIT_TRIES 20
 
-static void
+static uint32
 wake_tag(LOCKTAG *tag, const char *name, int len)
 {
 	uint32		bucket = hash_bytes((const unsigned char *) name, len) % SIMBA_WAKE_BUCKETS;
 
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, SIMBA_WAKE_CLASS, bucket, 2);
+	return bucket;
 }
 
 void
@@ -68,7 +70,8 @@ PG_FUNCTION_INFO_V1(simba_wait);
  * this connection as a waiter on each name, or drops registrations it made.
  * Registrations count: each name registered n times is dropped n times.
  * Returns the names it could not register (a release of their bucket was
- * under way for SIMBA_WAIT_TRIES ms): call again for those.
+ * under way, and stayed so for the call's SIMBA_WAIT_TRIES ms): call again
+ * for those.
  */
 Datum
 simba_wait(PG_FUNCTION_ARGS)
@@ -80,6 +83,8 @@ simba_wait(PG_FUNCTION_ARGS)
 	int			i;
 	bool		waiting;
 	ArrayBuildState *refused = NULL;
+	uint32		busy = 0;		/* buckets given up on in this call */
+	int			tries = 0;
 
 	simba_enter(fcinfo, false);
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -114,9 +119,8 @@ simba_wait(PG_FUNCTION_ARGS)
 	{
 		text	   *t = (text *) DatumGetPointer(elems[i]);
 		LOCKTAG		tag;
-		int			tries = 0;
+		uint32		bucket = wake_tag(&tag, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 
-		wake_tag(&tag, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 		if (!waiting)
 		{
 			/* Only what this connection registered: LockRelease would warn otherwise. */
@@ -124,10 +128,11 @@ simba_wait(PG_FUNCTION_ARGS)
 				LockRelease(&tag, ShareLock, true);
 			continue;
 		}
-		while (LockAcquire(&tag, ShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		while ((busy & (1u << bucket)) || LockAcquire(&tag, ShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
 		{
-			if (++tries >= SIMBA_WAIT_TRIES)
+			if ((busy & (1u << bucket)) || ++tries >= SIMBA_WAIT_TRIES)
 			{
+				busy |= 1u << bucket;
 				refused = accumArrayResult(refused, elems[i], false, TEXTOID, CurrentMemoryContext);
 				break;
 			}

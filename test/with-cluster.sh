@@ -22,6 +22,8 @@
 # so a test's pg_ctl start / restart keeps the library (pg_ctl itself runs
 # under it too: it compares its clock with the postmaster's start time).
 # COMMAND's own environment is left as it was. Off by default.
+# SIMBA_PG_CONF="name = value; ..." appends those settings to postgresql.conf
+# (pg.registered: simba.notify = registered for every connection).
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 
@@ -68,6 +70,7 @@ max_connections = 300
 shared_preload_libraries = 'pg_stat_statements'
 log_min_messages = warning
 CONF
+if [ -n "${SIMBA_PG_CONF:-}" ]; then tr ';' '\n' <<<"$SIMBA_PG_CONF" >>"$dir/data/postgresql.conf"; fi
 start_opts=(-t 60)
 if [ "${SIMBA_VALGRIND:-0}" = 1 ]; then
   : "${SIMBA_VALGRIND_LOGS:?set SIMBA_VALGRIND_LOGS to a directory the postgres user can write}"

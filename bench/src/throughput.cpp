@@ -7,6 +7,9 @@
 // result is the median over rounds, so machine noise hits all alike.
 //
 //   simba       SELECT * FROM simba_acquire(...)   + SELECT simba_release(...)
+//   simba_registered  the same under SET simba.notify = registered (pair
+//               only; a superuser's connection): nobody waits, so the release
+//               skips its NOTIFY (README, "Wake-ups")
 //   floor       the extension's conditional UPDATE ... RETURNING as plain SQL
 //               (+ its release UPDATE with pg_notify), clock_timestamp() as t
 //   floor_trig  the same statements on simba_mutex itself (its triggers fire):
@@ -121,6 +124,11 @@ std::vector<Variant> variants() {
     };
     v.push_back({"simba", "pair", false, simba_prepare, simba_acq, simba_rel, nullptr});
     v.push_back({"simba", "renew", false, simba_prepare, simba_acq, simba_rel, nullptr});
+    auto simba_registered_prepare = [simba_prepare](Ctx& c) {
+        c.pg->exec("SET simba.notify = registered");
+        simba_prepare(c);
+    };
+    v.push_back({"simba_registered", "pair", false, simba_registered_prepare, simba_acq, simba_rel, nullptr});
     // ---------------------------------------------------------- floor
     auto floor_prepare_on = [](const std::string& table) {
       return [table](Ctx& c) {

@@ -73,6 +73,10 @@ public:
     /// Any thread: LISTEN on a channel besides simba (ListenConnection::want).
     void want_channel(const std::string& channel, bool on) { listen_.want(channel, on); }
     [[nodiscard]] bool channels_pending() const { return listen_.channels_pending(); }
+    /// Any thread: a holder of ours may (on) or may no longer wait on
+    /// `name`: registered on the LISTEN connection (ListenConnection::want_name).
+    void want_name(const std::string& name, bool on) { listen_.want_name(name, on); }
+    [[nodiscard]] bool names_pending(SteadyClock::time_point now) const { return listen_.names_pending(now); }
     [[nodiscard]] int listen_sock() const { return listen_.sock(); }
     [[nodiscard]] short listen_events() const { return listen_.events(); }
     [[nodiscard]] bool listen_ready_now() const { return listen_.ready(); }

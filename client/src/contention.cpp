@@ -47,6 +47,7 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         ++svc->timer_gen;  // cancels pending attempts
         svc->next_at = SteadyClock::time_point::max();
         registry_.remove(svc);
+        register_wait(svc, false);
         if (options_.sessions) sessions_.leave(svc);
         // Including when a grant's reply was lost: contenders then need not
         // wait a lease out.
@@ -385,12 +386,19 @@ void Contention::connection_lost() {
         for (auto& h : l.holders) h->keepalive_failed();
 }
 
-void Contention::notified(const std::vector<std::string>& names) {
+void Contention::notified(const std::vector<std::string>& names, bool waiters_only) {
     auto now = SteadyClock::now();
     for (auto& name : names) {
         auto* services = registry_.of(name);
         if (!services) continue;
         for (auto& s : *services) {
+            if (waiters_only) {
+                // Its registration took effect, which no stranger can cause:
+                // one attempt now for a waiter, spending nothing of the
+                // NOTIFY limit (a real release right after is heard at once).
+                if (!s->last.is_owner(s->id) && now < s->next_at) schedule(s, now);
+                continue;
+            }
             // Waiters attempt at once. The owner re-checks too: the NOTIFY
             // may be an admin's simba_force_release of its tenure. But anyone
             // may NOTIFY, as often as they like: at most one such attempt
@@ -449,6 +457,17 @@ void Contention::woken(const std::vector<std::string>& channels) {
 }
 
 /// One attempt of `svc`: renewal if it holds the lease, else a try.
+/// A service registers its mutex on the LISTEN connection while its last
+/// attempt saw another owner, so that a release under simba.notify =
+/// registered wakes it; an owner does not, so that its own release, with
+/// nobody else waiting, can skip the NOTIFY (an operator's forced release
+/// notifies always).
+void Contention::register_wait(const ServicePtr& svc, bool on) {
+    if (svc->wait_registered == on) return;
+    svc->wait_registered = on;
+    conn_.want_name(svc->mutex, on);
+}
+
 /// Returns whether it renews (counted as an attempt otherwise).
 bool Contention::begin_attempt(const ServicePtr& svc) {
     const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
@@ -469,6 +488,7 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
     if (!prev.same_tenure(o)) svc->notify.news();  // a NOTIFY now is likely a real release too
     svc->last = o;
     svc->unknown = false;
+    register_wait(svc, !o.is_owner(svc->id));
     const auto change = events_.apply(svc, prev, o);
     auto now = SteadyClock::now();
     if (change.disowned) {

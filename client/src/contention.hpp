@@ -42,8 +42,10 @@ public:
     /// can succeed before a reconnect).
     void connection_lost();
     /// Push wake-ups: the services of these mutexes attempt now, or one
-    /// notify_min_interval after the last attempt a NOTIFY caused.
-    void notified(const std::vector<std::string>& names);
+    /// notify_min_interval after the last attempt a NOTIFY caused. With
+    /// `waiters_only` (their registration just took effect: a release may
+    /// have gone by unheard), only those that do not hold.
+    void notified(const std::vector<std::string>& names, bool waiters_only = false);
     /// Fair waiters' channels: a NOTIFY on them, or their LISTEN just took
     /// effect: each of those services attempts now (rate-limited as a NOTIFY).
     void woken(const std::vector<std::string>& channels);
@@ -71,6 +73,7 @@ public:
     [[nodiscard]] std::size_t running() const { return registry_.all().size(); }
 
 private:
+    void register_wait(const ServicePtr& svc, bool on);
     void schedule(const ServicePtr& svc, SteadyClock::time_point at) {
         queue_.schedule(svc, at, registry_.all().size());
     }

@@ -23,6 +23,10 @@ bool ListenConnection::open(const std::string& conninfo, SteadyClock::time_point
     if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
     state_ = State::connecting;
     connect_poll_ = PGRES_POLLING_WRITING;  // libpq's documented first wait
+    {
+        std::lock_guard<std::mutex> lock(want_m_);
+        names_live_ = true;
+    }
     deadline_ = now + connect_deadline;
     return true;
 }
@@ -36,6 +40,21 @@ void ListenConnection::close() {
     std::lock_guard<std::mutex> lock(want_m_);
     have_.clear();
     sending_.clear();
+    // A new connection registers afresh whatever is wanted.
+    sending_names_.clear();
+    refused_.clear();
+    dirty_.clear();
+    names_live_ = false;
+    for (auto it = names_.begin(); it != names_.end();) {
+        it->second.registered = it->second.sending = false;
+        if (it->second.refs <= 0) {
+            it = names_.erase(it);
+        } else {
+            dirty_.insert(it->first);
+            ++it;
+        }
+    }
+    names_retry_at_ = {};
 }
 
 void ListenConnection::want(const std::string& channel, bool on) {
@@ -49,6 +68,69 @@ void ListenConnection::want(const std::string& channel, bool on) {
 bool ListenConnection::channels_pending() const {
     std::lock_guard<std::mutex> lock(want_m_);
     return want_ != have_;
+}
+
+void ListenConnection::want_name(const std::string& name, bool on) {
+    std::lock_guard<std::mutex> lock(want_m_);
+    auto it = names_.try_emplace(name).first;
+    it->second.refs += on ? 1 : -1;
+    name_settled(it);
+}
+
+bool ListenConnection::names_pending(SteadyClock::time_point now) const {
+    std::lock_guard<std::mutex> lock(want_m_);
+    return names_live_ && !names_unavailable_ && !dirty_.empty() && now >= names_retry_at_;
+}
+
+// A name out of any exchange: due to be sent while wish and state differ,
+// forgotten once neither wanted nor registered.
+void ListenConnection::name_settled(std::map<std::string, Name>::iterator it) {
+    auto& n = it->second;
+    if (n.sending) return;  // names_done settles it
+    if ((n.refs > 0) != n.registered)
+        dirty_.insert(it->first);
+    else
+        dirty_.erase(it->first);
+    if (n.refs <= 0 && !n.registered) names_.erase(it);
+}
+
+// Appends the registrations and drops that are due to the exchange's SQL.
+void ListenConnection::names_sql(SteadyClock::time_point now, std::string& sql) {
+    if (names_unavailable_ || dirty_.empty() || now < names_retry_at_) return;
+    std::string add, drop;
+    for (auto it = dirty_.begin(); it != dirty_.end() && sending_names_.size() < names_per_exchange;) {
+        char* lit = PQescapeLiteral(conn_, it->c_str(), it->size());
+        if (!lit) break;  // out of memory: the rest stays due
+        auto& n = names_.at(*it);
+        auto& list = n.registered ? drop : add;
+        list += (list.empty() ? "" : ",") + std::string(lit);
+        PQfreemem(lit);
+        n.sending = true;
+        sending_names_.push_back(*it);
+        it = dirty_.erase(it);
+    }
+    if (!add.empty()) sql += "; SELECT pg_catalog.unnest(simba_wait(ARRAY[" + add + "]::text[])) AS refused";
+    if (!drop.empty()) sql += "; SELECT simba_wait(ARRAY[" + drop + "]::text[], false) AS dropped";
+}
+
+// The exchange completed: what it registered and dropped is now so, but
+// for what the server refused (sent again after names_retry).
+void ListenConnection::names_done(SteadyClock::time_point now, bool first, Heard& heard) {
+    for (auto& name : sending_names_) {
+        auto it = names_.find(name);
+        if (it == names_.end()) continue;
+        auto& n = it->second;
+        n.sending = false;
+        if (refused_.count(name)) {
+            names_retry_at_ = now + names_retry;
+        } else {
+            n.registered = !n.registered;
+            if (n.registered && !first) heard.registered.push_back(name);
+        }
+        name_settled(it);
+    }
+    sending_names_.clear();
+    refused_.clear();
 }
 
 bool ListenConnection::fail(const std::string& what) {
@@ -67,13 +149,18 @@ short ListenConnection::events() const {
 
 SteadyClock::time_point ListenConnection::next_step(SteadyClock::duration ping_interval) const {
     if (state_ == State::closed) return SteadyClock::time_point::max();
-    if (state_ == State::ready && !in_flight_)
-        return channels_pending() ? SteadyClock::time_point{} : last_reply_ + ping_interval;  // a channel to send now
+    if (state_ == State::ready && !in_flight_) {
+        if (channels_pending()) return SteadyClock::time_point{};  // a channel to send now
+        std::lock_guard<std::mutex> lock(want_m_);
+        auto t = last_reply_ + ping_interval;
+        if (!names_unavailable_ && !dirty_.empty()) t = std::min(t, names_retry_at_);
+        return t;
+    }
     return deadline_;
 }
 
-/// LISTEN simba, and the wanted channels' LISTEN and UNLISTEN, in one
-/// exchange (a simple query of several statements).
+/// LISTEN simba, the wanted channels' LISTEN and UNLISTEN, and the names'
+/// registrations, in one exchange (a simple query of several statements).
 bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline) {
     std::string sql = "LISTEN simba";
     {
@@ -83,6 +170,7 @@ bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::dur
             if (!have_.count(c)) sql += "; LISTEN \"" + c + "\"";
         for (auto& c : have_)
             if (!want_.count(c)) sql += "; UNLISTEN \"" + c + "\"";
+        names_sql(now, sql);
     }
     if (!PQsendQuery(conn_, sql.c_str())) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     const int f = PQflush(conn_);
@@ -106,17 +194,37 @@ bool ListenConnection::read_results(SteadyClock::time_point now, Heard& heard) {
         if (!r) {  // the exchange is complete
             in_flight_ = false;
             last_reply_ = now;
+            const bool first = state_ == State::listening;  // a reconnect attempts everything anyway
             state_ = State::ready;
             std::lock_guard<std::mutex> lock(want_m_);
             for (auto& c : sending_)
                 if (!have_.count(c)) heard.listening.push_back(c);
             have_ = std::move(sending_);
             sending_.clear();
+            names_done(now, first, heard);
             break;
         }
-        const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        const auto status = PQresultStatus(r);
+        if (status == PGRES_TUPLES_OK && PQnfields(r) == 1 && std::string(PQfname(r, 0)) == "refused") {
+            std::lock_guard<std::mutex> lock(want_m_);
+            for (int i = 0; i < PQntuples(r); ++i) refused_.insert(PQgetvalue(r, i, 0));
+        }
+        const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
         std::string msg = ok ? "" : trimmed_message(PQresultErrorMessage(r));
+        const char* code = ok ? nullptr : PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        const std::string sqlstate = code ? code : "";
         PQclear(r);
+        if (!ok) {
+            // An extension without simba_wait, or a role not granted it: no
+            // registrations from now on (the process is woken under
+            // simba.notify = always, and polls under registered), not a
+            // connection that fails again on every exchange.
+            std::lock_guard<std::mutex> lock(want_m_);
+            if (!sending_names_.empty() && (sqlstate == "42883" || sqlstate == "42501")) {
+                names_unavailable_ = true;
+                msg += " (this process no longer registers its waits: under simba.notify = registered it polls)";
+            }
+        }
         if (!ok) return fail("LISTEN failed: " + msg);
     }
     while (PGnotify* n = PQnotifies(conn_)) {
@@ -155,7 +263,7 @@ bool ListenConnection::step(SteadyClock::time_point now, short revents, SteadyCl
         if (!read_results(now, heard)) return false;
         if (in_flight_ && now >= deadline_)
             return fail("the server did not answer LISTEN within " + std::to_string(ms(reply_deadline)) + " ms");
-        if (!in_flight_ && (now >= last_reply_ + ping_interval || channels_pending()))
+        if (!in_flight_ && (now >= last_reply_ + ping_interval || channels_pending() || names_pending(now)))
             return send_listen(now, reply_deadline);
         return true;
     }

@@ -15,10 +15,21 @@
 // lock's waiter is woken on a channel of its own): each exchange also
 // LISTENs on the wanted channels it does not have yet and UNLISTENs those no
 // longer wanted, and a reconnect LISTENs on all of them again.
+//
+// It also registers, with simba_wait, every name some holder of this process
+// may wait on (want_name()), so that a release under simba.notify =
+// registered still notifies it. A name is registered once for all the
+// holders that want it; only names whose wish changed are sent, so a
+// process with 100,000 names sends each once, not with every exchange
+// (issue 24). A registration the server refused (a release of the name's
+// bucket was under way) is sent again after names_retry; once it succeeds,
+// heard.registered names it: its waiters attempt once more, since a release
+// may have gone by unheard before (docs/design.md, "Wake-ups").
 #pragma once
 
 #include <libpq-fe.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -46,7 +57,10 @@ public:
         std::vector<std::string> payloads;   ///< of NOTIFY simba
         std::vector<std::string> channels;   ///< a NOTIFY on a wanted channel, by channel
         std::vector<std::string> listening;  ///< wanted channels whose LISTEN just took effect
-        [[nodiscard]] bool empty() const { return payloads.empty() && channels.empty() && listening.empty(); }
+        std::vector<std::string> registered;  ///< names just registered (not on a reconnect's first exchange)
+        [[nodiscard]] bool empty() const {
+            return payloads.empty() && channels.empty() && listening.empty() && registered.empty();
+        }
     };
 
     /// Advances on socket readiness (`revents` from poll() for sock()) or
@@ -62,6 +76,11 @@ public:
     /// Any thread: a wanted channel is not listened on yet, or an unwanted
     /// one still is.
     [[nodiscard]] bool channels_pending() const;
+    /// Any thread: one more (on) or one fewer holder may wait on `name`;
+    /// registered with simba_wait while any does. O(log N) in the names.
+    void want_name(const std::string& name, bool on);
+    /// Any thread: a name's registration is due to be sent or dropped.
+    [[nodiscard]] bool names_pending(SteadyClock::time_point now) const;
 
     [[nodiscard]] bool is_open() const { return conn_ != nullptr; }
     /// Connected and listening.
@@ -79,6 +98,8 @@ private:
     bool fail(const std::string& what);
     bool send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline);
     bool read_results(SteadyClock::time_point now, Heard& heard);
+    void names_sql(SteadyClock::time_point now, std::string& sql);  // want_m_ held
+    void names_done(SteadyClock::time_point now, bool first, Heard& heard);  // want_m_ held
 
     PGconn* conn_ = nullptr;
     State state_ = State::closed;
@@ -93,6 +114,23 @@ private:
     std::set<std::string> want_;      // channels asked for
     std::set<std::string> have_;      // listened on by this connection
     std::set<std::string> sending_;   // what the exchange in flight makes of have_
+
+    // Registrations (simba_wait), by name: wanted while refs > 0.
+    struct Name {
+        int refs = 0;
+        bool registered = false;  // on this connection
+        bool sending = false;     // in the exchange in flight
+    };
+    std::map<std::string, Name> names_;
+    std::set<std::string> dirty_;                // refs > 0 differs from registered, not sending
+    std::vector<std::string> sending_names_;     // in the exchange in flight
+    std::set<std::string> refused_;              // by the exchange in flight
+    SteadyClock::time_point names_retry_at_{};   // after a refusal
+    bool names_unavailable_ = false;             // simba_wait missing or not granted: never again
+    bool names_live_ = false;                    // a connection is open to send them on
+    static constexpr auto names_retry = std::chrono::milliseconds(20);
+    static constexpr std::size_t names_per_exchange = 10000;  // keeps an exchange well inside its deadline
+    void name_settled(std::map<std::string, Name>::iterator it);  // want_m_ held
 };
 
 }  // namespace simba::pg::detail

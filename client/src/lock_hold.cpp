@@ -36,6 +36,16 @@ LockHold::LockHold(std::shared_ptr<Io> io, std::unique_ptr<HoldStatements> state
 
 LockHold::~LockHold() {
     if (subscription_) io_->unsubscribe(subscription_);
+    if (registered_) io_->register_wait(st_->names(), false);
+}
+
+// Registered on the LISTEN connection after an attempt that lost, until the
+// wait ends, not while held: a release with nobody else waiting may then
+// skip its NOTIFY, and an uncontended lock registers nothing (m_ held).
+void LockHold::register_wait(bool on) {
+    if (registered_ == on) return;
+    registered_ = on;
+    io_->register_wait(st_->names(), on);
 }
 
 SteadyClock::duration LockHold::retry_delay() const {
@@ -59,8 +69,8 @@ void LockHold::begin(std::function<void(std::exception_ptr)> done, bool once) {
         next_at_ = SteadyClock::time_point::max();
         if (!subscription_) {
             std::weak_ptr<LockHold> weak = shared_from_this();
-            subscription_ = io_->subscribe(st_->names(), [weak] {
-                if (auto s = weak.lock()) s->notified();
+            subscription_ = io_->subscribe(st_->names(), [weak](bool registered) {
+                if (auto s = weak.lock()) s->notified(registered);
             });
         }
     }
@@ -101,6 +111,9 @@ void LockHold::attempt(std::uint64_t gen) {
                 if (gen != self->gen_) return;
                 self->held_by_ = p.held_by;
                 once = self->once_;
+                // It waits from here: registered, and its registration taking
+                // effect brings an attempt (a release may come before it).
+                if (!once) self->register_wait(true);
             }
             if (once) return self->settle(gen, nullptr);
             self->step_at(gen, p.retry_at);
@@ -157,17 +170,25 @@ void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
 /// A NOTIFY named the lock: a waiting attempt goes now, at most once per
 /// notify_min_interval (anyone may NOTIFY, in a loop); a held multi-lock
 /// checks itself the same way (an operator may have taken a member).
-void LockHold::notified() {
+void LockHold::notified(bool registered) {
     const auto now = SteadyClock::now();
     std::uint64_t gen;
-    SteadyClock::time_point at;
+    SteadyClock::time_point at = now;
     {
         std::lock_guard<std::mutex> lock(m_);
-        if (phase_ != Phase::waiting && !(phase_ == Phase::held && st_->check_on_notify())) return;
-        gen = gen_;
-        at = std::max(now, notified_at_ + io_->notify_min_interval());
-        if (at >= next_at_) return;
-        notified_at_ = at;
+        if (registered) {
+            // Its own registration took effect, which no stranger can cause:
+            // one attempt now, spending nothing of the NOTIFY limit (a real
+            // release right after is heard at once).
+            if (phase_ != Phase::waiting || at >= next_at_) return;
+            gen = gen_;
+        } else {
+            if (phase_ != Phase::waiting && !(phase_ == Phase::held && st_->check_on_notify())) return;
+            gen = gen_;
+            at = std::max(now, notified_at_ + io_->notify_min_interval());
+            if (at >= next_at_) return;
+            notified_at_ = at;
+        }
     }
     step_at(gen, at);
 }
@@ -180,6 +201,7 @@ void LockHold::granted(std::uint64_t gen, const HoldProof& p, bool in_session) {
         // Ended meanwhile: end()'s release comes after this on the I/O thread.
         if (gen != gen_ || phase_ != Phase::waiting) return;
         phase_ = Phase::held;
+        register_wait(false);
         proof_ = p;
         in_session_ = in_session;
         deadline = deadline_ = p.lease.transition_deadline() - margin_;
@@ -203,6 +225,7 @@ void LockHold::settle(std::uint64_t gen, std::exception_ptr error) {
         if (gen != gen_) return;
         ++gen_;
         phase_ = Phase::idle;
+        register_wait(false);
         done = std::move(done_);
         withdraw = !error;
     }
@@ -250,6 +273,7 @@ bool LockHold::end() {
         if (phase_ == Phase::idle) return false;
         ++gen_;
         phase_ = Phase::idle;
+        register_wait(false);
         done = std::move(done_);
         next_at_ = SteadyClock::time_point::max();
         running_.wait_idle(lock);  // a callback already running finishes first (unless it is ours)

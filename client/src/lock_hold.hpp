@@ -148,7 +148,7 @@ private:
     void granted(std::uint64_t gen, const HoldProof& p, bool in_session);
     void reask(std::uint64_t gen);
     void settle(std::uint64_t gen, std::exception_ptr error);
-    void notified();
+    void notified(bool registered);
     bool extend(const MutexOwner& lease, bool& resumed);
     void suspend();
     void lose(std::uint64_t gen, const std::string& why);
@@ -165,6 +165,8 @@ private:
     const std::unique_ptr<HoldStatements> st_;
     const SteadyClock::duration margin_;
     std::uint64_t subscription_ = 0;
+    bool registered_ = false;  // its names registered on the LISTEN connection (m_)
+    void register_wait(bool on);
 
     mutable std::mutex m_;
     RunningCallback running_;

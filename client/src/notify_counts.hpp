@@ -3,7 +3,8 @@
 // the names someone waits on (the semaphore's acquire()); a name is counted
 // from its first watch() to its last unwatch(), nothing is kept for names
 // nobody watches. NotifySubscribers: callbacks on the I/O thread for the
-// names of the SharedLockers' and MultiLockers' holds (lock_hold.hpp).
+// names of the SharedLockers' and MultiLockers' holds (lock_hold.hpp), told
+// whether it was only their own registration taking effect.
 #pragma once
 
 #include <algorithm>
@@ -72,7 +73,9 @@ private:
 /// callback runs (one may unsubscribe).
 class NotifySubscribers {
 public:
-    std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) {
+    /// fn(registered): registered when only a registration of one of the
+    /// names took effect (ListenConnection::want_name), no NOTIFY.
+    std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) {
         std::lock_guard<std::mutex> lock(m_);
         const auto id = ++last_;
         for (auto& n : names) by_name_[n].push_back(id);
@@ -90,39 +93,43 @@ public:
         }
         subs_.erase(it);
     }
-    /// Notes the subscriptions `names` concern; true if there are any.
-    bool heard(const std::vector<std::string>& names) {
+    /// Notes the subscriptions `names` concern (NOTIFYs, or `registered`:
+    /// registrations that took effect); true if there are any.
+    bool heard(const std::vector<std::string>& names, bool registered = false) {
         std::lock_guard<std::mutex> lock(m_);
         for (auto& n : names) {
             auto it = by_name_.find(n);
-            if (it != by_name_.end()) due_.insert(due_.end(), it->second.begin(), it->second.end());
+            if (it != by_name_.end())
+                for (auto id : it->second) due_.emplace_back(id, registered);
         }
         return !due_.empty();
     }
-    /// Runs the callbacks heard() noted, each once.
+    /// Runs the callbacks heard() noted, each once (as for a NOTIFY if one
+    /// of its entries was one: those sort first).
     void run() {
-        std::vector<std::function<void()>> fns;
+        std::vector<std::pair<std::function<void(bool)>, bool>> fns;
         {
             std::lock_guard<std::mutex> lock(m_);
             std::sort(due_.begin(), due_.end());
-            due_.erase(std::unique(due_.begin(), due_.end()), due_.end());
-            for (auto id : due_)
-                if (auto it = subs_.find(id); it != subs_.end()) fns.push_back(it->second.fn);
+            due_.erase(std::unique(due_.begin(), due_.end(), [](auto& a, auto& b) { return a.first == b.first; }),
+                       due_.end());
+            for (auto [id, registered] : due_)
+                if (auto it = subs_.find(id); it != subs_.end()) fns.emplace_back(it->second.fn, registered);
             due_.clear();
         }
-        for (auto& fn : fns) fn();
+        for (auto& [fn, registered] : fns) fn(registered);
     }
 
 private:
     struct Sub {
         std::vector<std::string> names;
-        std::function<void()> fn;
+        std::function<void(bool)> fn;
     };
     std::mutex m_;
     std::uint64_t last_ = 0;
     std::map<std::uint64_t, Sub> subs_;
     std::unordered_map<std::string, std::vector<std::uint64_t>> by_name_;
-    std::vector<std::uint64_t> due_;
+    std::vector<std::pair<std::uint64_t, bool>> due_;  // (id, registered)
 };
 
 }  // namespace simba::pg::detail

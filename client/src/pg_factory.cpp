@@ -149,7 +149,9 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// sleeps past something that is now due earlier (caller holds io_m).
     void wake_if_needed() {
         if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
-        if (!connections.up() || contention.next_due() < poll_until || connections.channels_pending()) wake();
+        if (!connections.up() || contention.next_due() < poll_until || connections.channels_pending() ||
+            connections.names_pending(SteadyClock::now()))
+            wake();
     }
 
     void run_commands() {
@@ -251,10 +253,14 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
     SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
     SteadyClock::duration retry_delay() const override { return options.retry_delay; }
-    std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) override {
+    std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) override {
         return subscribers.subscribe(std::move(names), std::move(fn));
     }
     void unsubscribe(std::uint64_t id) override { subscribers.unsubscribe(id); }
+    void register_wait(const std::vector<std::string>& names, bool on) override {
+        for (auto& n : names) connections.want_name(n, on);
+        if (on) wake();  // the I/O thread sends it (a drop can wait for the next exchange)
+    }
 
     void owe(std::function<void(pqxx::connection&)> pay, std::string what) override {
         post_io([this, pay = std::move(pay), what = std::move(what)]() mutable {
@@ -299,6 +305,12 @@ struct ContendServiceFactory::Core final : detail::Io {
         contention.registry().keep_ours(notified);
         woken.insert(woken.end(), got.channels.begin(), got.channels.end());
         woken.insert(woken.end(), got.listening.begin(), got.listening.end());
+        // Just registered: whoever waits on these attempts once more, for a
+        // release that may have gone by before (ListenConnection::want_name).
+        notify_counts.add(got.registered);
+        heard = subscribers.heard(got.registered, true) || heard;
+        contention.registry().keep_ours(got.registered);
+        registered.insert(registered.end(), got.registered.begin(), got.registered.end());
         return ok;
     }
 
@@ -319,6 +331,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             listen_broke = false;
             if (connections.up() && !notified.empty()) contention.notified(notified);
             notified.clear();
+            if (connections.up() && !registered.empty()) contention.notified(registered, true);
+            registered.clear();
             if (std::exchange(heard, false)) subscribers.run();
             if (connections.up() && !woken.empty()) contention.woken(woken);
             woken.clear();
@@ -383,7 +397,7 @@ struct ContendServiceFactory::Core final : detail::Io {
                 woken_up = true;
             }
             listen_broke = !step_listen(n > 1 ? fds[1].revents : 0);
-            if (woken_up || listen_broke || !notified.empty() || heard || !woken.empty() ||
+            if (woken_up || listen_broke || !notified.empty() || heard || !woken.empty() || !registered.empty() ||
                 connections.listen_ready_now() != was_ready)
                 break;
         }
@@ -424,6 +438,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     bool io_done = false;                   // the I/O thread has exited
     std::vector<std::string> notified;      // I/O thread: NOTIFYs of our mutexes, to act on
     std::vector<std::string> woken;         // I/O thread: fair waiters' channels heard or just listened on
+    std::vector<std::string> registered;    // I/O thread: names whose registration just took effect
 
     std::thread io;  // last: starts after the members above exist
 };

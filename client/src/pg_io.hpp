@@ -84,9 +84,14 @@ public:
     /// Calls `fn` on the I/O thread (quick: no statements, it may post)
     /// whenever `NOTIFY simba` names one of `names`, until unsubscribe(id).
     /// Returns that id.
-    virtual std::uint64_t subscribe(std::vector<std::string> names, std::function<void()> fn) = 0;
+    /// fn(true): only a registration of ours took effect (register_wait).
+    virtual std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) = 0;
     /// From any thread; the callback may be running on the I/O thread.
     virtual void unsubscribe(std::uint64_t id) = 0;
+    /// From any thread: a holder waits (on) on `names`, or no longer: they
+    /// are registered with simba_wait on the LISTEN connection meanwhile, so
+    /// that a release under simba.notify = registered still notifies.
+    virtual void register_wait(const std::vector<std::string>& names, bool on) = 0;
 
     /// From any thread: a release that failed for something a session may
     /// hold (its keepalives would keep it for good). `pay` sends it again on

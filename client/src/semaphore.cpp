@@ -345,12 +345,21 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
                           const std::string& context) {
     validate_acquire(key, holder_, permits, ttl, context);
     const auto deadline = SteadyClock::now() + timeout;
-    // NOTIFYs of `key` are counted while this call waits, and only then.
+    // NOTIFYs of `key` are counted while this call waits, and only then;
+    // after a try that found no permit it is registered as a waiter too
+    // (README, "Wake-ups"), and its registration taking effect counts as one.
     struct Watch {
         pg::detail::Io& io;
         const std::string& key;
+        bool registered = false;
         Watch(pg::detail::Io& i, const std::string& k) : io(i), key(k) { io.watch(key); }
-        ~Watch() { io.unwatch(key); }
+        ~Watch() {
+            if (registered) io.register_wait({key}, false);
+            io.unwatch(key);
+        }
+        void register_wait() {
+            if (!std::exchange(registered, true)) io.register_wait({key}, true);
+        }
     } watch(*io_, key);
     for (;;) {
         // Read the NOTIFY count before trying, so a release between the
@@ -369,6 +378,7 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
         const auto now = SteadyClock::now();
         if (now >= deadline)
             throw TimeoutError("no permit of key " + key + " within " + std::to_string(timeout.count()) + " ms");
+        watch.register_wait();
         // Anyone may NOTIFY, in a loop: a NOTIFY brings the next try
         // forward, but not to less than notify_min_interval after this one.
         if (io_->wait_notification(key, seen, std::min(deadline, now + options_.poll_interval)))

@@ -62,6 +62,7 @@ struct ServiceCore {
     std::string session;         // the session its last attempt was sent under ("": none; sessions.hpp)
     bool verify = false;         // a tenure under a session must be checked on the server (a NOTIFY, a revocation)
     bool queued = false;         // fair: its last attempt left it a place in the queue (stop() withdraws it)
+    bool wait_registered = false;  // its mutex is registered on the LISTEN connection (it waits)
     std::string wake_channel;    // fair: the channel it is woken on, listened on while it runs ("": none yet)
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
