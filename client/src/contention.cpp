@@ -456,7 +456,6 @@ void Contention::woken(const std::vector<std::string>& channels) {
     }
 }
 
-/// One attempt of `svc`: renewal if it holds the lease, else a try.
 /// A service registers its mutex on the LISTEN connection while its last
 /// attempt saw another owner, so that a release under simba.notify =
 /// registered wakes it; an owner does not, so that its own release, with
@@ -468,6 +467,7 @@ void Contention::register_wait(const ServicePtr& svc, bool on) {
     conn_.want_name(svc->mutex, on);
 }
 
+/// One attempt of `svc`: renewal if it holds the lease, else a try.
 /// Returns whether it renews (counted as an attempt otherwise).
 bool Contention::begin_attempt(const ServicePtr& svc) {
     const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
