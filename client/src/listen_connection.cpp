@@ -55,6 +55,7 @@ void ListenConnection::close() {
         }
     }
     names_retry_at_ = {};
+    names_backoff_ = names_retry;
 }
 
 void ListenConnection::want(const std::string& channel, bool on) {
@@ -114,16 +115,20 @@ void ListenConnection::names_sql(SteadyClock::time_point now, std::string& sql) 
 }
 
 // The exchange completed: what it registered and dropped is now so, but
-// for what the server refused (sent again after names_retry).
+// for what the server refused (sent again after the backoff).
 void ListenConnection::names_done(SteadyClock::time_point now, bool first, Heard& heard) {
+    if (!refused_.empty()) {
+        names_retry_at_ = now + names_backoff_;
+        names_backoff_ = std::min<SteadyClock::duration>(2 * names_backoff_, names_retry_max);
+    } else if (!sending_names_.empty()) {
+        names_backoff_ = names_retry;
+    }
     for (auto& name : sending_names_) {
         auto it = names_.find(name);
         if (it == names_.end()) continue;
         auto& n = it->second;
         n.sending = false;
-        if (refused_.count(name)) {
-            names_retry_at_ = now + names_retry;
-        } else {
+        if (!refused_.count(name)) {
             n.registered = !n.registered;
             if (n.registered && !first) heard.registered.push_back(name);
         }

@@ -22,7 +22,8 @@
 // holders that want it; only names whose wish changed are sent, so a
 // process with 100,000 names sends each once, not with every exchange
 // (issue 24). A registration the server refused (a release of the name's
-// bucket was under way) is sent again after names_retry; once it succeeds,
+// bucket was under way) is sent again after names_retry, doubling up to
+// names_retry_max while refusals go on; once it succeeds,
 // heard.registered names it: its waiters attempt once more, since a release
 // may have gone by unheard before (docs/design.md, "Wake-ups").
 #pragma once
@@ -126,9 +127,11 @@ private:
     std::vector<std::string> sending_names_;     // in the exchange in flight
     std::set<std::string> refused_;              // by the exchange in flight
     SteadyClock::time_point names_retry_at_{};   // after a refusal
+    SteadyClock::duration names_backoff_ = names_retry;  // doubles while refusals go on
     bool names_unavailable_ = false;             // simba_wait missing or not granted: never again
     bool names_live_ = false;                    // a connection is open to send them on
     static constexpr auto names_retry = std::chrono::milliseconds(20);
+    static constexpr auto names_retry_max = std::chrono::seconds(1);  // a bucket held for long (a long release, a stranger)
     static constexpr std::size_t names_per_exchange = 10000;  // keeps an exchange well inside its deadline
     void name_settled(std::map<std::string, Name>::iterator it);  // want_m_ held
 };

@@ -153,3 +153,58 @@ TEST(Wake, ASemaphoreWaiterIsWokenByAReleaseUnderRegistered) {
     EXPECT_LT(woken, 3s) << "woken by the NOTIFY, not by its poll";
     EXPECT_TRUE(eventually([&] { return rd.registrations() == 0; }, 10s)) << "no longer waiting: dropped";
 }
+
+TEST(Wake, ARegistrationRefusedWhileItsBucketIsHeldIsSentAgainUntilItHolds) {
+    // A stranger holds the name's bucket exclusively (any role may take
+    // advisory locks): registrations are refused, but releases of the
+    // bucket notify (their try-lock fails too), so waiters are still woken.
+    // Once the stranger lets go, the client's retry registers the waiter.
+    RegisteredDatabase rd;
+    const auto m = unique_name("wake-refused");
+    auto stranger = admin(rd.scratch.conninfo());
+    int bucket = -1;
+    {
+        pqxx::nontransaction tx(*stranger);
+        tx.exec_params("SELECT simba_wait(ARRAY[$1])", m);
+        bucket = tx.exec1("SELECT objid::int FROM pg_locks WHERE locktype = 'advisory' AND classid = 1397312834 "
+                          "AND pid = pg_backend_pid()")[0]
+                     .as<int>();
+        tx.exec_params("SELECT simba_wait(ARRAY[$1], false)", m);
+        tx.exec_params("SELECT pg_advisory_lock(1397312834, $1)", bucket);
+        tx.exec_params1("SELECT owner_id FROM simba_acquire($1, 'A', '30s', '10s')", m);
+    }
+    LogCapture logs;
+    simba::pg::ContendServiceFactory factory(rd.scratch.conninfo(), test_options("wake-refused"));
+    auto b = std::make_shared<Recorder>(m, "B");
+    auto c = std::make_shared<Recorder>(m, "C");
+    auto sb = factory.create(b, lease(30000ms, 10000ms));
+    auto sc = factory.create(c, lease(30000ms, 10000ms));
+    sb->start();
+    ASSERT_TRUE(eventually([&] { return sb->state().after.owner_id == "A"; }, 10s));
+    // Refused again and again (each try waits 20 ms on the server, then
+    // backs off): never registered while the stranger holds the bucket.
+    const auto t_refused = SteadyClock::now() + 300ms;
+    while (SteadyClock::now() < t_refused) ASSERT_EQ(rd.registrations(), 0);
+    // Unregistered, B is still woken: the release could not take the bucket.
+    auto t0 = SteadyClock::now();
+    {
+        pqxx::nontransaction tx(*rd.db);
+        ASSERT_TRUE(tx.exec_params1("SELECT simba_release($1, 'A')", m)[0].as<bool>());
+    }
+    ASSERT_TRUE(b->wait([](auto& ev) { return !ev.empty(); }, 20s));
+    EXPECT_LT(b->events().front().at - t0, 3s) << "woken by the NOTIFY, not by its poll";
+    // C waits on B now; the stranger lets go, and C's registration gets through.
+    sc->start();
+    ASSERT_TRUE(eventually([&] { return sc->state().after.owner_id == "B"; }, 10s));
+    {
+        pqxx::nontransaction tx(*stranger);
+        tx.exec_params("SELECT pg_advisory_unlock(1397312834, $1)", bucket);
+    }
+    ASSERT_TRUE(eventually([&] { return rd.registrations() == 1; }, 5s)) << "the refused registration was sent again";
+    t0 = SteadyClock::now();
+    sb->stop();
+    ASSERT_TRUE(c->wait([](auto& ev) { return !ev.empty(); }, 20s));
+    EXPECT_LT(c->events().front().at - t0, 3s) << "woken by the NOTIFY, not by its poll";
+    EXPECT_EQ(logs.count_containing("LISTEN"), 0) << "a refusal is not a failure of the LISTEN connection";
+    sc->stop();
+}
