@@ -584,21 +584,7 @@ mutexes_arg(FunctionCallInfo fcinfo, int argno, text ***names)
 				 errdetail("It names %d.", n)));
 	*names = palloc(n * sizeof(text *));
 	for (i = 0; i < n; i++)
-	{
-		text	   *t;
-
-		if (elem_nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("mutexes must not contain null")));
-		t = DatumGetTextPP(elems[i]);
-		if (VARSIZE_ANY_EXHDR(t) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("mutexes must not contain an empty name")));
-		simba_check_chars(t, "a mutex name", SIMBA_MAX_NAME_CHARS);
-		(*names)[i] = t;
-	}
+		(*names)[i] = simba_array_name(elems[i], elem_nulls[i], "mutexes", "a mutex name");
 	qsort(*names, n, sizeof(text *), compare_names);
 	for (i = 1; i < n; i++)
 		if (compare_names(&(*names)[i - 1], &(*names)[i]) == 0)

@@ -432,6 +432,24 @@ simba_name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 	return t;
 }
 
+text *
+simba_array_name(Datum elem, bool isnull, const char *what, const char *one)
+{
+	text	   *t;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not contain null", what)));
+	t = DatumGetTextPP(elem);
+	if (VARSIZE_ANY_EXHDR(t) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not contain an empty name", what)));
+	simba_check_chars(t, one, SIMBA_MAX_NAME_CHARS);
+	return t;
+}
+
 int64
 simba_duration_arg(FunctionCallInfo fcinfo, int argno, const char *what, bool allow_zero)
 {

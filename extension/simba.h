@@ -220,6 +220,8 @@ extern bool simba_in_subtransaction(bool (*body) (void *arg), void *arg);
 /* Checked arguments: each raises 22004/22023 with the argument's name. */
 extern void simba_check_chars(text *t, const char *what, int max_chars);
 extern text *simba_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);
+/* An element of the text[] argument `what`, checked as simba_name_arg checks one (`one` names it). */
+extern text *simba_array_name(Datum elem, bool isnull, const char *what, const char *one);
 extern int64 simba_duration_arg(FunctionCallInfo fcinfo, int argno,
 								const char *what, bool allow_zero);
 extern int64 simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *what);

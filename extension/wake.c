@@ -100,21 +100,7 @@ simba_wait(PG_FUNCTION_ARGS)
 	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &n);
 	/* All checked first: bad input registers nothing. */
 	for (i = 0; i < n; i++)
-	{
-		text	   *t;
-
-		if (elem_nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("names must not contain null")));
-		t = DatumGetTextPP(elems[i]);
-		if (VARSIZE_ANY_EXHDR(t) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("names must not contain an empty name")));
-		simba_check_chars(t, "a name", SIMBA_MAX_NAME_CHARS);
-		elems[i] = PointerGetDatum(t);
-	}
+		elems[i] = PointerGetDatum(simba_array_name(elems[i], elem_nulls[i], "names", "a name"));
 	for (i = 0; i < n; i++)
 	{
 		text	   *t = (text *) DatumGetPointer(elems[i]);
