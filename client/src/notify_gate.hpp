@@ -6,9 +6,12 @@
 // forward, and NOTIFYs that arrive while such an attempt is pending join
 // it. A storm of them costs each service at most one attempt per interval;
 // a real release or forced release, heard during one, waits at most that
-// long. An attempt that saw the mutex change hands proves the NOTIFY was
-// news: the next one may act at once again, so back-to-back releases of a
-// busy mutex are not slowed (only granted roles can change hands).
+// long. An attempt that saw the mutex change hands proves a release was
+// news: the next two NOTIFYs may act at once again, so back-to-back releases
+// of a busy mutex are not slowed (only granted roles can change hands). Two,
+// because the attempt that saw the change (a poll, or one made when a
+// registration took effect) may have run before that release's own NOTIFY
+// was read: that stale NOTIFY must not spend the slot of the next release.
 // docs/design.md, "Client". Pure: the caller passes the time.
 #pragma once
 
@@ -28,16 +31,23 @@ public:
                                                  SteadyClock::duration interval) {
         const auto at = std::max(now, floor_);
         if (at >= next_at) return std::nullopt;
-        floor_ = at + interval;
+        if (spare_)
+            spare_ = false;
+        else
+            floor_ = at + interval;
         return at;
     }
-    /// An attempt saw the mutex change hands: the next NOTIFY may act at once.
-    void news() { floor_ = {}; }
+    /// An attempt saw the mutex change hands: the next two NOTIFYs may act at once.
+    void news() {
+        floor_ = {};
+        spare_ = true;
+    }
     /// No NOTIFY-brought attempt before this.
     [[nodiscard]] SteadyClock::time_point floor() const { return floor_; }
 
 private:
     SteadyClock::time_point floor_{};
+    bool spare_ = false;  // one admission that leaves floor_ alone, after news()
 };
 
 }  // namespace simba::pg::detail

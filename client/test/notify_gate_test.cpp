@@ -49,12 +49,25 @@ TEST(NotifyGate, AnAttemptDueSoonerAbsorbsIt) {
     EXPECT_EQ(g.admit(at(60), kNone, kInterval), at(100));
 }
 
-TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnce) {
+TEST(NotifyGate, NewsLetsTheNextTwoNotifiesActAtOnce) {
     NotifyGate g;
     ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));
     g.news();  // that attempt saw the mutex change hands
     EXPECT_EQ(g.admit(at(3), at(9000), kInterval), at(3));
-    EXPECT_EQ(g.admit(at(6), at(9000), kInterval), at(103)) << "no news: rate-limited again";
+    EXPECT_EQ(g.admit(at(6), at(9000), kInterval), at(6));
+    EXPECT_EQ(g.admit(at(9), at(9000), kInterval), at(106)) << "no news: rate-limited again";
+}
+
+TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
+    // A poll (or a registration's attempt) saw the change of hands first;
+    // that release's own NOTIFY, read after it, was stale news. The next
+    // release's NOTIFY still acts at once.
+    NotifyGate g;
+    ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));  // an earlier release
+    g.news();                                               // the poll at 20 ms
+    ASSERT_EQ(g.admit(at(25), at(9000), kInterval), at(25));  // its stale NOTIFY: nothing new
+    EXPECT_EQ(g.admit(at(40), at(9000), kInterval), at(40)) << "the next release";
+    EXPECT_EQ(g.floor(), at(140));
 }
 
 TEST(NotifyGate, RandomStormsCostOneAttemptPerIntervalAndNoNotifyWaitsLonger) {
