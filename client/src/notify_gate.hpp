@@ -7,11 +7,12 @@
 // it. A storm of them costs each service at most one attempt per interval;
 // a real release or forced release, heard during one, waits at most that
 // long. An attempt that saw the mutex change hands proves a release was
-// news: the next two NOTIFYs may act at once again, so back-to-back releases
-// of a busy mutex are not slowed (only granted roles can change hands). Two,
-// because the attempt that saw the change (a poll, or one made when a
-// registration took effect) may have run before that release's own NOTIFY
-// was read: that stale NOTIFY must not spend the slot of the next release.
+// news: the next NOTIFY may act at once again, so back-to-back releases of a
+// busy mutex are not slowed (only granted roles can change hands). For a
+// waiter, the next two: the attempt that saw the change (a poll, or one made
+// when a registration took effect) may have run before that release's own
+// NOTIFY was read, and that stale NOTIFY must not spend the slot of the
+// next release.
 // docs/design.md, "Client". Pure: the caller passes the time.
 #pragma once
 
@@ -37,17 +38,18 @@ public:
             floor_ = at + interval;
         return at;
     }
-    /// An attempt saw the mutex change hands: the next two NOTIFYs may act at once.
-    void news() {
+    /// An attempt saw the mutex change hands: the next NOTIFY may act at
+    /// once, the next two for a `waiter`.
+    void news(bool waiter) {
         floor_ = {};
-        spare_ = true;
+        spare_ = waiter;
     }
     /// No NOTIFY-brought attempt before this.
     [[nodiscard]] SteadyClock::time_point floor() const { return floor_; }
 
 private:
     SteadyClock::time_point floor_{};
-    bool spare_ = false;  // one admission that leaves floor_ alone, after news()
+    bool spare_ = false;  // one admission that leaves floor_ alone, after a waiter's news()
 };
 
 }  // namespace simba::pg::detail

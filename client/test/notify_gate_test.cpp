@@ -49,13 +49,16 @@ TEST(NotifyGate, AnAttemptDueSoonerAbsorbsIt) {
     EXPECT_EQ(g.admit(at(60), kNone, kInterval), at(100));
 }
 
-TEST(NotifyGate, NewsLetsTheNextTwoNotifiesActAtOnce) {
-    NotifyGate g;
-    ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));
-    g.news();  // that attempt saw the mutex change hands
-    EXPECT_EQ(g.admit(at(3), at(9000), kInterval), at(3));
-    EXPECT_EQ(g.admit(at(6), at(9000), kInterval), at(6));
-    EXPECT_EQ(g.admit(at(9), at(9000), kInterval), at(106)) << "no news: rate-limited again";
+TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnceTheNextTwoForAWaiter) {
+    NotifyGate owner, waiter;
+    for (auto* g : {&owner, &waiter}) ASSERT_EQ(g->admit(at(0), at(9000), kInterval), at(0));
+    owner.news(false);  // that attempt saw the mutex change hands, to it
+    waiter.news(true);  // to someone else
+    EXPECT_EQ(owner.admit(at(3), at(9000), kInterval), at(3));
+    EXPECT_EQ(owner.admit(at(6), at(9000), kInterval), at(103)) << "no news: rate-limited again";
+    EXPECT_EQ(waiter.admit(at(3), at(9000), kInterval), at(3));
+    EXPECT_EQ(waiter.admit(at(6), at(9000), kInterval), at(6));
+    EXPECT_EQ(waiter.admit(at(9), at(9000), kInterval), at(106)) << "no news: rate-limited again";
 }
 
 TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
@@ -64,7 +67,7 @@ TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
     // release's NOTIFY still acts at once.
     NotifyGate g;
     ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));  // an earlier release
-    g.news();                                               // the poll at 20 ms
+    g.news(true);                                           // the poll at 20 ms, still waiting
     ASSERT_EQ(g.admit(at(25), at(9000), kInterval), at(25));  // its stale NOTIFY: nothing new
     EXPECT_EQ(g.admit(at(40), at(9000), kInterval), at(40)) << "the next release";
     EXPECT_EQ(g.floor(), at(140));
