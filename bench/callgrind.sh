@@ -14,6 +14,8 @@
 # live, each in a transaction of its own) for
 #   lose_session     holder and waiter each under a session of their own
 #   lose_lease       holder and waiter each with leases of their own
+#   lose_all_session a multi-lock's poll (simba_acquire_all) of two mutexes
+#                    the holder holds, each under a session
 # and prints instructions and WAL bytes per attempt. Not part of `make
 # bench` (about 3 minutes); needs valgrind and the installed extension.
 #
@@ -76,10 +78,13 @@ losing() { # prefix session-argument -> N losing attempts
 }
 losing lm "'$waiter_sid'::uuid" > "$dir/lose_session.sql"
 losing ll NULL > "$dir/lose_lease.sql"
+{ echo "PREPARE lose(text, text) AS SELECT count(o.owner_id) FROM simba_acquire_all(ARRAY[\$1, \$2], 'waiter', '10 s', '6 s', '$waiter_sid'::uuid) AS o;"
+  awk -v n="$pairs" 'BEGIN { srand(2); for (i = 0; i < n; i++) { m = int(rand() * 999)
+    printf "EXECUTE lose('"'"'lm%d'"'"', '"'"'lm%d'"'"');\n", m, m + 1 } }'; } > "$dir/lose_all_session.sql"
 wal_lsn() { echo "SELECT pg_current_wal_lsn()::text AS lsn" | single 2>/dev/null | sed -n 's/.*lsn = "\([^"]*\)".*/\1/p'; }
 
 declare -A ir wal
-for v in lose_session lose_lease; do
+for v in lose_session lose_lease lose_all_session; do
   before=$(wal_lsn)
   ir[$v]=$(measure "$v" "$dir/$v.sql")
   wal[$v]=$(echo "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$before')::int8 AS bytes" | single 2>/dev/null |
@@ -104,7 +109,7 @@ done
 printf '\nLosing attempts of a waiter (%d, each its own transaction; per attempt, incl. per-statement overhead)\n' "$pairs"
 printf '%-16s  %14s  %9s\n' variant instructions "WAL bytes"
 printf '%s\n' "-----------------------------------------"
-for v in lose_session lose_lease; do
+for v in lose_session lose_lease lose_all_session; do
   awk -v v="$v" -v i="${ir[$v]}" -v w="${wal[$v]}" -v n="$pairs" 'BEGIN { printf "%-16s  %14d  %9.1f\n", v, i / n, w / n }'
 done
 echo "callgrind outputs: $out/callgrind.*.out (callgrind_annotate --inclusive=yes FILE)"

@@ -627,6 +627,26 @@ take_all(void *arg)
 	return true;
 }
 
+/*
+ * Whether a waiter under a session finds some member held live by another
+ * holder, read without a lock as a single acquire does (lost_under_session):
+ * then it loses without its subtransaction, which would lock its session
+ * row (an xid and WAL) only to roll back.
+ */
+static bool
+some_lost_under_session(TakeAll *a)
+{
+	int			i;
+
+	for (i = 0; i < a->n; i++)
+	{
+		a->args[0] = PointerGetDatum(a->names[i]);
+		if (lost_under_session(a->fcinfo, 4, a->caller, a->args))
+			return true;
+	}
+	return false;
+}
+
 Datum
 simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 {
@@ -645,7 +665,7 @@ simba_acquire_all_1_4(PG_FUNCTION_ARGS)
 	work.desc = rsinfo->setDesc;
 	SPI_connect();
 	/* Refused: every member as it stands now, unchanged by this call. */
-	if (!simba_in_subtransaction(take_all, &work))
+	if (some_lost_under_session(&work) || !simba_in_subtransaction(take_all, &work))
 		for (i = 0; i < n; i++)
 			rows[i] = owner_row(rsinfo->setDesc,
 								simba_execute(fcinfo, &owner_select,

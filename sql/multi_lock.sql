@@ -79,6 +79,15 @@ SELECT mutex, owner_id, fence FROM simba_acquire_all('{s0,s1}', 'you', session_i
 SELECT s.session_id = :'sid' AS mine, s.mutexes FROM simba_session_status s
  WHERE s.session_id IN (:'sid', :'sid_you') ORDER BY 1;
 SELECT count(*) AS rows_for_s0 FROM simba_mutex WHERE mutex = 's0';
+-- refused under a session because a member is held: no xid (its session row
+-- is not locked), and a bad session is still an error there
+BEGIN;
+SELECT mutex, owner_id, fence FROM simba_acquire_all('{s0,s1}', 'you', session_id => :'sid_you');
+SELECT txid_current_if_assigned() IS NULL AS no_xid;
+COMMIT;
+\set VERBOSITY sqlstate
+SELECT simba_acquire_all('{s0,s1}', 'you', session_id => gen_random_uuid());
+\set VERBOSITY default
 -- a call without the session moves a member off it (same fence), as simba_acquire
 SELECT mutex, fence FROM simba_acquire_all('{s2}', 'me', '1h', '0s');
 SELECT mutex, session_id IS NOT NULL AS under_session FROM simba_mutex_status WHERE mutex IN ('s1', 's2') ORDER BY mutex;
