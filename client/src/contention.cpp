@@ -485,7 +485,9 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
     }
     MutexOwner o = parse_owner(row, svc->mutex, anchor);
     const MutexOwner prev = std::move(svc->last);
-    if (!prev.same_tenure(o)) svc->notify.news(!o.is_owner(svc->id));  // a NOTIFY now is likely a real release too
+    if (!prev.same_tenure(o))  // a NOTIFY now is likely a real release too
+        svc->notify.news(o.is_owner(svc->id) ? SteadyClock::time_point{}
+                                             : SteadyClock::now() + options_.notify_min_interval);
     svc->last = o;
     svc->unknown = false;
     register_wait(svc, !o.is_owner(svc->id));

@@ -9,10 +9,10 @@
 // long. An attempt that saw the mutex change hands proves a release was
 // news: the next NOTIFY may act at once again, so back-to-back releases of a
 // busy mutex are not slowed (only granted roles can change hands). For a
-// waiter, the next two: the attempt that saw the change (a poll, or one made
-// when a registration took effect) may have run before that release's own
-// NOTIFY was read, and that stale NOTIFY must not spend the slot of the
-// next release.
+// waiter, so may a second one within an interval: the attempt that saw the
+// change (a poll, or one made when a registration took effect) may have run
+// before that release's own NOTIFY was read, and that stale NOTIFY must not
+// spend the slot of the next release.
 // docs/design.md, "Client". Pure: the caller passes the time.
 #pragma once
 
@@ -32,24 +32,25 @@ public:
                                                  SteadyClock::duration interval) {
         const auto at = std::max(now, floor_);
         if (at >= next_at) return std::nullopt;
-        if (spare_)
-            spare_ = false;
+        if (at < spare_until_)
+            spare_until_ = {};
         else
             floor_ = at + interval;
         return at;
     }
     /// An attempt saw the mutex change hands: the next NOTIFY may act at
-    /// once, the next two for a `waiter`.
-    void news(bool waiter) {
+    /// once. A waiter passes now + interval: a second one heard before then
+    /// may too.
+    void news(SteadyClock::time_point spare_until = {}) {
         floor_ = {};
-        spare_ = waiter;
+        spare_until_ = spare_until;
     }
     /// No NOTIFY-brought attempt before this.
     [[nodiscard]] SteadyClock::time_point floor() const { return floor_; }
 
 private:
     SteadyClock::time_point floor_{};
-    bool spare_ = false;  // one admission that leaves floor_ alone, after a waiter's news()
+    SteadyClock::time_point spare_until_{};  // one admission before it leaves floor_ alone
 };
 
 }  // namespace simba::pg::detail

@@ -49,16 +49,20 @@ TEST(NotifyGate, AnAttemptDueSoonerAbsorbsIt) {
     EXPECT_EQ(g.admit(at(60), kNone, kInterval), at(100));
 }
 
-TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnceTheNextTwoForAWaiter) {
-    NotifyGate owner, waiter;
-    for (auto* g : {&owner, &waiter}) ASSERT_EQ(g->admit(at(0), at(9000), kInterval), at(0));
-    owner.news(false);  // that attempt saw the mutex change hands, to it
-    waiter.news(true);  // to someone else
+TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnceAndAWaitersSecondWithinAnInterval) {
+    NotifyGate owner, waiter, late;
+    for (auto* g : {&owner, &waiter, &late}) ASSERT_EQ(g->admit(at(0), at(9000), kInterval), at(0));
+    owner.news();                             // that attempt saw the mutex change hands, to it
+    waiter.news(at(2) + kInterval);           // to someone else, at 2 ms
+    late.news(at(2) + kInterval);             // the same, but no NOTIFY comes for a while
     EXPECT_EQ(owner.admit(at(3), at(9000), kInterval), at(3));
     EXPECT_EQ(owner.admit(at(6), at(9000), kInterval), at(103)) << "no news: rate-limited again";
     EXPECT_EQ(waiter.admit(at(3), at(9000), kInterval), at(3));
     EXPECT_EQ(waiter.admit(at(6), at(9000), kInterval), at(6));
     EXPECT_EQ(waiter.admit(at(9), at(9000), kInterval), at(106)) << "no news: rate-limited again";
+    // A storm that starts an interval after the news gets one attempt at once, not two.
+    EXPECT_EQ(late.admit(at(500), at(9000), kInterval), at(500));
+    EXPECT_EQ(late.admit(at(501), at(9000), kInterval), at(600));
 }
 
 TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
@@ -66,8 +70,8 @@ TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
     // that release's own NOTIFY, read after it, was stale news. The next
     // release's NOTIFY still acts at once.
     NotifyGate g;
-    ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));  // an earlier release
-    g.news(true);                                           // the poll at 20 ms, still waiting
+    ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));    // an earlier release
+    g.news(at(20) + kInterval);                               // the poll at 20 ms, still waiting
     ASSERT_EQ(g.admit(at(25), at(9000), kInterval), at(25));  // its stale NOTIFY: nothing new
     EXPECT_EQ(g.admit(at(40), at(9000), kInterval), at(40)) << "the next release";
     EXPECT_EQ(g.floor(), at(140));
