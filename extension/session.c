@@ -310,6 +310,12 @@ collect(FunctionCallInfo fcinfo, Datum ids)
 	simba_execute(fcinfo, &session_delete, &ids, NULL, 0);
 }
 
+static int
+compare_woken(const ListCell *a, const ListCell *b)
+{
+	return strcmp(lfirst(a), lfirst(b));
+}
+
 Datum
 simba_session_close_1_4(PG_FUNCTION_ARGS)
 {
@@ -361,7 +367,12 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 			simba_execute(fcinfo, &session_delete, (Datum[]) {one_id(session_id)}, NULL, 0);
 		}
 	}
-	/* Wake the waiters of each mutex, key and rwlock (delivered at commit; repeats fold into one). */
+	/*
+	 * Wake the waiters of each mutex, key and rwlock (delivered at commit;
+	 * repeats fold into one), in byte order of the names as
+	 * simba_release_all does, not in the order the rows happened to be read.
+	 */
+	list_sort(woken, compare_woken);
 	foreach(lc, woken)
 		simba_wake((char *) lfirst(lc));
 	SPI_finish();
