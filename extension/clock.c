@@ -248,17 +248,31 @@ PG_FUNCTION_INFO_V1(simba_lease_end);
  * in full from `origin`: origin + (col - since), in exact microseconds.
  * 22008 where that leaves the range of timestamptz, as the SQL it replaces.
  */
+bool
+simba_lease_end_of(const SimbaLeaseEnd *e, TimestampTz *end)
+{
+	bool		foreign = !e->origin_null && (e->clock_null || e->clock != e->origin);
+
+	if (e->col_null || (foreign && e->since_null))
+		return false;
+	*end = simba_lease_end_at(e->col, foreign ? e->since : 0, e->clock_null, e->clock, e->origin_null, e->origin);
+	return true;
+}
+
 Datum
 simba_lease_end(PG_FUNCTION_ARGS)
 {
-	bool		origin_null = PG_ARGISNULL(3);
-	bool		clock_null = PG_ARGISNULL(2);
-	TimestampTz origin = origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(3);
-	TimestampTz clock = clock_null ? 0 : PG_GETARG_TIMESTAMPTZ(2);
-	bool		foreign = !origin_null && (clock_null || clock != origin);
+	SimbaLeaseEnd e = {
+		.col_null = PG_ARGISNULL(0), .since_null = PG_ARGISNULL(1),
+		.clock_null = PG_ARGISNULL(2), .origin_null = PG_ARGISNULL(3),
+	};
+	TimestampTz end;
 
-	if (PG_ARGISNULL(0) || (foreign && PG_ARGISNULL(1)))
+	e.col = e.col_null ? 0 : PG_GETARG_TIMESTAMPTZ(0);
+	e.since = e.since_null ? 0 : PG_GETARG_TIMESTAMPTZ(1);
+	e.clock = e.clock_null ? 0 : PG_GETARG_TIMESTAMPTZ(2);
+	e.origin = e.origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(3);
+	if (!simba_lease_end_of(&e, &end))
 		PG_RETURN_NULL();
-	PG_RETURN_TIMESTAMPTZ(simba_lease_end_at(PG_GETARG_TIMESTAMPTZ(0), foreign ? PG_GETARG_TIMESTAMPTZ(1) : 0,
-											 clock_null, clock, origin_null, origin));
+	PG_RETURN_TIMESTAMPTZ(end);
 }

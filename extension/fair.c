@@ -184,6 +184,7 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	bool		isnull[11];
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
 	Place		place;
+	SimbaOwner	owner;
 	bool		mine;
 	bool		holds;
 	bool		unknown;
@@ -208,7 +209,7 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	place = read_place(fcinfo, args[0], args[1], &caller);
 
 	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
-	mine = (holds || place.ahead == 0) && simba_mutex_take(fcinfo, args, nulls);
+	mine = (holds || place.ahead == 0) && simba_mutex_take(fcinfo, args, nulls, &owner);
 	if (!mine)
 	{
 		Datum		entry[9] = {args[0], args[1], caller.role, caller.roleid, caller.sysid, args[2], entry_end,
@@ -218,11 +219,13 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 					  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' '}, 0);
 		position = place.ahead + 1;
 		simba_execute(fcinfo, &owner_read, args, NULL, 1);
+		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, owner.values, owner.nulls);
 	}
 
-	/* simba_owner's columns (the last statement's row), then the caller's place and its channel. */
+	/* simba_owner's columns, then the caller's place and its channel. */
 	old = MemoryContextSwitchTo(callctx);
-	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, values, isnull);
+	memcpy(values, owner.values, sizeof(owner.values));
+	memcpy(isnull, owner.nulls, sizeof(owner.nulls));
 	values[9] = Int32GetDatum(position);
 	isnull[9] = position == 0;
 	values[10] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),

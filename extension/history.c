@@ -2,7 +2,9 @@
  * history.c — ownership history (1.2): the trigger that logs changes of
  * hands, late releases, retention, and the admin's forced release.
  *
- * The trigger sees the exact old and new mutex rows, so the log says who
+ * The trigger sees the exact old and new mutex rows (the acquire's and the
+ * release's row updates, which fire no trigger, pass them to
+ * simba_log_change themselves), so the log says who
  * held the mutex before (previous_owner, previous_role, previous_fence) and
  * why the holder changed: 'acquired' (from free), 'taken_over' (another
  * holder's lease had ended), 'reacquired' (the same holder after its own
@@ -102,42 +104,27 @@ column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
 	return heap_getattr(tuple, col, desc, isnull);
 }
 
-Datum
-simba_history_trigger_1_3(PG_FUNCTION_ARGS)
+void
+simba_log_change(FunctionCallInfo fcinfo, TupleDesc desc, HeapTuple old, HeapTuple row, bool forced)
 {
-	TriggerData *trigger = (TriggerData *) fcinfo->context;
-	TupleDesc	desc;
-	HeapTuple	row;
-	HeapTuple	old = NULL;
 	Datum		values[9];
 	char		nulls[10] = "         ";
 	bool		isnull;
 	bool		old_owner_null = true;
 	const char *event;
 
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "simba_history_trigger: not called as a trigger");
-	/* Off, or not a write of simba's own functions (a restore, a manual fix). */
-	if (!simba_history || simba_running_plan == NULL)
-		return PointerGetDatum(NULL);
-
-	desc = trigger->tg_relation->rd_att;
-	row = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
-	if (TRIGGER_FIRED_BY_UPDATE(trigger->tg_event))
+	if (old != NULL)
 	{
 		bool		new_owner_null;
-		Datum		old_owner;
-		Datum		new_owner;
+		Datum		old_owner = column(old, desc, "owner_id", &old_owner_null);
+		Datum		new_owner = column(row, desc, "owner_id", &new_owner_null);
 
-		old = trigger->tg_trigtuple;
-		old_owner = column(old, desc, "owner_id", &old_owner_null);
-		new_owner = column(row, desc, "owner_id", &new_owner_null);
 		/* A renewal: same holder, same fence. Not logged. */
 		if (old_owner_null == new_owner_null &&
 			(old_owner_null || simba_same_text(old_owner, new_owner)) &&
 			DatumGetInt64(column(old, desc, "fence", &isnull)) ==
 			DatumGetInt64(column(row, desc, "fence", &isnull)))
-			return PointerGetDatum(NULL);
+			return;
 	}
 
 	values[0] = column(row, desc, "mutex", &isnull);
@@ -146,8 +133,8 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 	{
 		/* A free row inserted, or a release: only a release has a holder to log. */
 		if (old == NULL || old_owner_null)
-			return PointerGetDatum(NULL);
-		event = simba_running_plan == &force_update ? "forced_release" : "released";
+			return;
+		event = forced ? "forced_release" : "released";
 		values[2] = column(old, desc, "owner_id", &isnull);
 		values[3] = column(old, desc, "owner_role", &isnull);
 		nulls[3] = isnull ? 'n' : ' ';
@@ -185,6 +172,22 @@ simba_history_trigger_1_3(PG_FUNCTION_ARGS)
 	SPI_connect();
 	simba_execute(fcinfo, &history_insert, values, nulls, 0);
 	SPI_finish();
+}
+
+Datum
+simba_history_trigger_1_3(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigger = (TriggerData *) fcinfo->context;
+	bool		update;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "simba_history_trigger: not called as a trigger");
+	/* Off, or not a write of simba's own functions (a restore, a manual fix). */
+	if (!simba_history || simba_running_plan == NULL)
+		return PointerGetDatum(NULL);
+	update = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event);
+	simba_log_change(fcinfo, trigger->tg_relation->rd_att, update ? trigger->tg_trigtuple : NULL,
+					 update ? trigger->tg_newtuple : trigger->tg_trigtuple, simba_running_plan == &force_update);
 	return PointerGetDatum(NULL);
 }
 

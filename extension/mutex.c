@@ -2,12 +2,13 @@
  * mutex.c — the leased mutex: acquire/renew, release, owner, fence check.
  *
  * Protocol (docs/design.md, "Protocol"). t is simba's clock (clock.c) read
- * once per call, before any statement runs. acquire decides with one conditional
- * UPDATE: a non-holder wins when the row is free or transition_at <= t; the
- * holder renews while transition_at > t. Deciding at t is safe when the
- * UPDATE first waits on a row lock: a takeover then still needs the lease to
- * have ended by t (it ended earlier than the real time of the decision) and
- * a renewal gets a lease counted from t (shorter than asked, never longer).
+ * once per call, before any statement runs. acquire decides with one
+ * conditional update of the row (take_row): a non-holder wins when the row
+ * is free or transition_at <= t; the holder renews while transition_at > t.
+ * Deciding at t is safe when the update first waits on a row lock: a
+ * takeover then still needs the lease to have ended by t (it ended earlier
+ * than the real time of the decision) and a renewal gets a lease counted
+ * from t (shorter than asked, never longer).
  *
  * Holder: a contender id together with the role the call runs as (by OID,
  * see SimbaCaller), so a role that reads another role's contender id cannot
@@ -23,11 +24,12 @@
  * show, and reads the session's for its owner and fence check. The
  * multi-lock and the fair lock join sessions the same way.
  *
- * Locking: acquire and release lock the row only through their UPDATE. A
- * first acquire inserts the row with ON CONFLICT DO NOTHING, so concurrent
- * first uses wait on each other and then retry the UPDATE instead of failing.
+ * Locking: acquire and release lock the row only through their update
+ * (row_update.c, which waits and re-decides as an UPDATE would). A first
+ * acquire inserts the row with ON CONFLICT DO NOTHING, so concurrent first
+ * uses wait on each other and then retry the update instead of failing.
  * simba_fence_check locks the row FOR SHARE until the caller's transaction
- * ends, so a takeover (an UPDATE) waits for it.
+ * ends, so a takeover (an update) waits for it.
  *
  * Multi-lock: simba_acquire_all takes its mutexes one by one in byte order
  * of their names, inside a subtransaction it rolls back at the first one it
@@ -37,11 +39,15 @@
  */
 #include "simba.h"
 
+#include "access/table.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "common/int.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(simba_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_renew_1_4);
@@ -70,21 +76,208 @@ PG_FUNCTION_INFO_V1(simba_release_all_1_4);
 #define ACQUIRE_HOLDER SAME_HOLDER("$2", "$6", "$7", "$8")
 
 /*
- * A new holder gets a fence from the sequence: never reused, even after a
- * rollback. The holder renews into the session of the call (or none).
+ * The acquire and the release change their row through the table AM
+ * (simba_update_row), not an UPDATE: an executor's start-up cost each of
+ * them more than its change (docs/design.md, "Row updates"). Their rules
+ * are SAME_HOLDER and SIMBA_MUTEX_LIVE_LOCKING in C, with SQL's NULLs, so
+ * that they agree with the statements that still decide in SQL (renewal,
+ * owner, a session's losing read).
  */
-static SimbaPlan acquire_update = {
-	"UPDATE simba_mutex AS m"
-	"   SET owner_id = $2, owner_role = $6, owner_roleid = $7, owner_sysid = $8, session_id = $10,"
-	"       acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9,"
-	"       version = m.version + 1,"
-	"       fence = CASE WHEN " ACQUIRE_HOLDER " AND " SIMBA_MUTEX_LIVE_LOCKING("$3", "$9")
-	"                    THEN m.fence ELSE pg_catalog.nextval('simba_mutex_fence') END"
-	" WHERE m.mutex = $1"
-	"   AND (m.owner_id IS NULL OR " ACQUIRE_HOLDER " OR NOT " SIMBA_MUTEX_LIVE_LOCKING("$3", "$9") ")"
-	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
-	ACQUIRE_ARGS
-};
+
+/* Columns of simba_mutex (from 0), by name: their order depends on the upgrade path an install took. */
+typedef struct MutexColumns
+{
+	int			owner_id,
+				owner_role,
+				owner_roleid,
+				owner_sysid,
+				session_id,
+				acquired_at,
+				ttl_at,
+				transition_at,
+				clock_origin,
+				version,
+				fence;
+} MutexColumns;
+
+/* One call's view of a mutex row: who calls, when, and for an acquire its new tenure. */
+typedef struct MutexCall
+{
+	FunctionCallInfo fcinfo;
+	Datum		contender;
+	SimbaCaller caller;
+	TimestampTz t;
+	TimestampTz origin;			/* simba's clock; 0: none (a standby) */
+	Datum	   *args;			/* an acquire's plan arguments (fill_lease_args) */
+	const char *nulls;
+	bool		have_columns;
+	MutexColumns c;
+	int64		version;		/* out: the row written */
+	int64		fence;
+} MutexCall;
+
+static int
+mutex_column(TupleDesc desc, const char *name)
+{
+	int			col = SPI_fnumber(desc, name);
+
+	if (col <= 0)
+		elog(ERROR, "simba: simba_mutex has no column \"%s\"", name);
+	return col - 1;
+}
+
+static const MutexColumns *
+mutex_columns(MutexCall *m, TupleDesc desc)
+{
+	if (!m->have_columns)
+	{
+		m->c.owner_id = mutex_column(desc, "owner_id");
+		m->c.owner_role = mutex_column(desc, "owner_role");
+		m->c.owner_roleid = mutex_column(desc, "owner_roleid");
+		m->c.owner_sysid = mutex_column(desc, "owner_sysid");
+		m->c.session_id = mutex_column(desc, "session_id");
+		m->c.acquired_at = mutex_column(desc, "acquired_at");
+		m->c.ttl_at = mutex_column(desc, "ttl_at");
+		m->c.transition_at = mutex_column(desc, "transition_at");
+		m->c.clock_origin = mutex_column(desc, "clock_origin");
+		m->c.version = mutex_column(desc, "version");
+		m->c.fence = mutex_column(desc, "fence");
+		m->have_columns = true;
+	}
+	return &m->c;
+}
+
+/* SAME_HOLDER: the row's holder is the caller's contender under the caller's role (NULL: not). */
+static bool
+same_holder(const MutexCall *m, const MutexColumns *c, const Datum *v, const bool *n)
+{
+	if (n[c->owner_id] || !simba_same_text(v[c->owner_id], m->contender))
+		return false;
+	if (!n[c->owner_sysid] && DatumGetInt64(v[c->owner_sysid]) == DatumGetInt64(m->caller.sysid))
+		return !n[c->owner_roleid] && DatumGetObjectId(v[c->owner_roleid]) == DatumGetObjectId(m->caller.roleid);
+	return !n[c->owner_role] &&
+		namestrcmp(DatumGetName(v[c->owner_role]), NameStr(*DatumGetName(m->caller.role))) == 0;
+}
+
+/* SQL's three values: a row without the times its lease needs is neither live nor over. */
+typedef enum Liveness
+{
+	LEASE_OVER,
+	LEASE_LIVE,
+	LEASE_UNKNOWN
+} Liveness;
+
+/* SIMBA_MUTEX_LIVE_LOCKING at the call's t: an ended session's row is locked (simba_session_has_ended). */
+static Liveness
+live_locking(const MutexCall *m, const MutexColumns *c, const Datum *v, const bool *n)
+{
+	SimbaLeaseEnd e;
+	TimestampTz end;
+
+	if (n[c->owner_id])
+		return LEASE_OVER;
+	if (!n[c->session_id])
+		return simba_session_has_ended(m->fcinfo, v[c->session_id], m->t, m->origin == 0, m->origin, true)
+			? LEASE_OVER : LEASE_LIVE;
+	e = (SimbaLeaseEnd) {
+		.col = n[c->transition_at] ? 0 : DatumGetTimestampTz(v[c->transition_at]),
+		.since = n[c->acquired_at] ? 0 : DatumGetTimestampTz(v[c->acquired_at]),
+		.clock = n[c->clock_origin] ? 0 : DatumGetTimestampTz(v[c->clock_origin]),
+		.origin = m->origin,
+		.col_null = n[c->transition_at], .since_null = n[c->acquired_at],
+		.clock_null = n[c->clock_origin], .origin_null = m->origin == 0,
+	};
+	if (!simba_lease_end_of(&e, &end))
+		return LEASE_UNKNOWN;
+	return end > m->t ? LEASE_LIVE : LEASE_OVER;
+}
+
+/* version + 1, as int8's + raises on overflow. */
+static Datum
+next_version(const MutexColumns *c, const Datum *v)
+{
+	int64		version;
+
+	if (pg_add_s64_overflow(DatumGetInt64(v[c->version]), 1, &version))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	return Int64GetDatum(version);
+}
+
+/*
+ * The acquire (SimbaRowChange): a non-holder takes a free or ended
+ * tenure; the holder renews and keeps its fence while its lease is live
+ * (Protocol). A new holder gets a fence from the sequence: never reused,
+ * even after a rollback.
+ */
+static bool
+take_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
+{
+	MutexCall  *m = arg;
+	const MutexColumns *c = mutex_columns(m, old->tts_tupleDescriptor);
+	bool		free = n[c->owner_id];
+	bool		same = same_holder(m, c, v, n);
+	Liveness	live = free ? LEASE_OVER : live_locking(m, c, v, n);
+
+	if (!free && !same && live != LEASE_OVER)
+		return false;
+	m->fence = same && live == LEASE_LIVE ? DatumGetInt64(v[c->fence])
+		: nextval_internal(simba_fence_sequence(m->fcinfo), false);
+	v[c->fence] = Int64GetDatum(m->fence);
+	v[c->version] = next_version(c, v);
+	m->version = DatumGetInt64(v[c->version]);
+	v[c->owner_id] = m->args[1];
+	v[c->acquired_at] = m->args[2];
+	v[c->ttl_at] = m->args[3];
+	v[c->transition_at] = m->args[4];
+	v[c->owner_role] = m->args[5];
+	v[c->owner_roleid] = m->args[6];
+	v[c->owner_sysid] = m->args[7];
+	v[c->clock_origin] = m->args[8];
+	v[c->session_id] = m->args[9];
+	n[c->owner_id] = n[c->acquired_at] = n[c->ttl_at] = n[c->transition_at] = false;
+	n[c->owner_role] = n[c->owner_roleid] = n[c->owner_sysid] = false;
+	n[c->clock_origin] = m->nulls[8] == 'n';
+	n[c->session_id] = m->nulls[9] == 'n';
+	return true;
+}
+
+/* The release (SimbaRowChange): only the caller's live tenure; an ended or foreign one is left alone. */
+static bool
+free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
+{
+	MutexCall  *m = arg;
+	const MutexColumns *c = mutex_columns(m, old->tts_tupleDescriptor);
+
+	if (!same_holder(m, c, v, n) || live_locking(m, c, v, n) != LEASE_LIVE)
+		return false;
+	v[c->version] = next_version(c, v);
+	n[c->owner_id] = n[c->owner_role] = n[c->owner_roleid] = n[c->owner_sysid] = n[c->session_id] = true;
+	n[c->acquired_at] = n[c->ttl_at] = n[c->transition_at] = true;
+	return true;
+}
+
+/* Row `mutex` changed by `change`; while simba.history is on, logged as its trigger would. */
+static bool
+change_mutex(MutexCall *m, Datum mutex, SimbaRowChange change)
+{
+	Oid			relid = simba_mutex_table(m->fcinfo);
+	HeapTuple	old = NULL;
+	HeapTuple	row = NULL;
+	bool		log = simba_history;
+
+	if (simba_update_row(relid, F_TEXTEQ, mutex, change, m, log ? &old : NULL, &row) != SIMBA_ROW_UPDATED)
+		return false;
+	if (log)
+	{
+		Relation	rel = table_open(relid, NoLock);
+
+		simba_log_change(m->fcinfo, RelationGetDescr(rel), old, row, false);
+		table_close(rel, NoLock);
+	}
+	return true;
+}
 
 /*
  * Renewal only: the caller's live tenure with fence $11, never a new one. A
@@ -131,19 +324,6 @@ static SimbaPlan owner_select = {
 	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-};
-
-/*
- * Only a live lease of the caller is released; an expired or foreign one is
- * left alone. $1 mutex, $2 contender, $3 t, $4 role, $5 roleid, $6 sysid,
- * $7 origin.
- */
-static SimbaPlan release_update = {
-	"UPDATE simba_mutex AS m"
-	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
-	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
-	" WHERE m.mutex = $1 AND " SAME_HOLDER("$2", "$4", "$5", "$6") " AND " SIMBA_MUTEX_LIVE_LOCKING("$3", "$7"),
-	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 };
 
 /*
@@ -247,30 +427,64 @@ simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *
 	return caller;
 }
 
+/* The owner row the last SPI statement returned (OWNER_COLUMNS ...), valid until SPI_finish. */
+static void
+spi_owner(SimbaOwner *owner)
+{
+	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, owner->values, owner->nulls);
+}
+
 /*
  * One acquire attempt with the plans' arguments: true when the caller holds
- * the mutex afterwards. SPI_tuptable's first row is the owner after it.
+ * the mutex afterwards. *owner is the owner after it.
  *
- * Won by the UPDATE, lost if the row exists, won by the INSERT if it does
- * not. An INSERT that meets a concurrent first use returns nothing once
- * that one commits: the next round's UPDATE then sees its row.
+ * Won by the row's change, lost if the row exists, won by the INSERT if it
+ * does not. An INSERT that meets a concurrent first use returns nothing
+ * once that one commits: the next round's change then sees its row.
  */
 bool
-simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls)
+simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls, SimbaOwner *owner)
 {
+	MutexCall	m = {
+		.fcinfo = fcinfo, .contender = args[1], .caller = {args[5], args[6], args[7]},
+		.t = DatumGetTimestampTz(args[2]), .origin = DatumGetTimestampTz(args[8]), .args = args, .nulls = nulls,
+	};
 	int			attempt;
 
 	for (attempt = 0;; attempt++)
 	{
-		if (simba_execute(fcinfo, &acquire_update, args, nulls, 1) == 1)
+		if (change_mutex(&m, args[0], take_row))
+		{
+			*owner = (SimbaOwner) {
+				.values = {args[0], args[1], args[2], args[3], args[4], Int64GetDatum(m.version),
+				Int64GetDatum(m.fence), args[2], args[5]},
+			};
 			return true;
+		}
 		if (simba_execute(fcinfo, &owner_select, (Datum[]) {args[0], args[2], args[8]}, NULL, 1) == 1)
+		{
+			spi_owner(owner);
 			return false;
+		}
 		if (simba_execute(fcinfo, &acquire_insert, args, nulls, 1) == 1)
+		{
+			spi_owner(owner);
 			return true;
+		}
 		if (attempt > 0)
 			elog(ERROR, "simba: mutex row vanished while acquiring");
 	}
+}
+
+/* A simba_owner tuple of *owner, allocated in ctx. */
+HeapTuple
+simba_owner_tuple(TupleDesc tupdesc, SimbaOwner *owner, MemoryContext ctx)
+{
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	HeapTuple	tuple = heap_form_tuple(tupdesc, owner->values, owner->nulls);
+
+	MemoryContextSwitchTo(old);
+	return tuple;
 }
 
 bool
@@ -346,17 +560,21 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	char		nulls[11] = "";
 	SimbaCaller caller = simba_mutex_lease_args(fcinfo, 2, args, nulls);
 	TupleDesc	tupdesc = owner_tupdesc(fcinfo);
-	Datum		result;
+	MemoryContext callctx = CurrentMemoryContext;
+	SimbaOwner	owner;
+	HeapTuple	result;
 
 	SPI_connect();
-	if (!lost_under_session(fcinfo, 4, &caller, args))
+	if (lost_under_session(fcinfo, 4, &caller, args))
+		spi_owner(&owner);
+	else
 	{
 		simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
-		(void) simba_mutex_take(fcinfo, args, nulls);
+		(void) simba_mutex_take(fcinfo, args, nulls, &owner);
 	}
-	result = returned_owner(tupdesc);
+	result = simba_owner_tuple(tupdesc, &owner, callctx);
 	SPI_finish();
-	PG_RETURN_DATUM(result);
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }
 
 Datum
@@ -390,9 +608,10 @@ simba_renew_1_4(PG_FUNCTION_ARGS)
 bool
 simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller, TimestampTz t)
 {
-	bool		released = simba_execute(fcinfo, &release_update,
-										 (Datum[]) {mutex, contender, TimestampTzGetDatum(t), caller->role,
-		caller->roleid, caller->sysid, TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 1) == 1;
+	MutexCall	m = {
+		.fcinfo = fcinfo, .contender = contender, .caller = *caller, .t = t, .origin = simba_clock_origin(fcinfo),
+	};
+	bool		released = change_mutex(&m, mutex, free_row);
 
 	if (!released && simba_history)
 		simba_log_late_release(fcinfo, mutex, contender, caller, t);
@@ -619,10 +838,12 @@ take_all(void *arg)
 	simba_mutex_join_session(a->fcinfo, 4, a->caller, a->args, a->nulls);
 	for (i = 0; i < a->n; i++)
 	{
+		SimbaOwner	owner;
+
 		a->args[0] = PointerGetDatum(a->names[i]);
-		if (!simba_mutex_take(a->fcinfo, a->args, a->nulls))
+		if (!simba_mutex_take(a->fcinfo, a->args, a->nulls, &owner))
 			return false;
-		a->rows[i] = owner_row(a->desc, true, a->args[0], 0, a->rowctx);
+		a->rows[i] = simba_owner_tuple(a->desc, &owner, a->rowctx);
 	}
 	return true;
 }

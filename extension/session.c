@@ -459,35 +459,40 @@ ended_in_snapshot(FunctionCallInfo fcinfo, Datum id, TimestampTz t, bool origin_
 	return session_time_in_snapshot(fcinfo, id, "transition_at", origin_null, origin, &end) && end <= t;
 }
 
+bool
+simba_session_has_ended(FunctionCallInfo fcinfo, Datum id, TimestampTz t, bool origin_null, TimestampTz origin,
+						bool lock)
+{
+	uint64		ended;
+
+	if (!ended_in_snapshot(fcinfo, id, t, origin_null, origin))
+		return false;
+	if (!lock)
+		return true;
+	SPI_connect();
+	ended = simba_execute(fcinfo, &ended_lock,
+						  (Datum[]) {id, TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+						  origin_null ? "  n" : NULL, 1);
+	SPI_finish();
+	return ended > 0;
+}
+
 /*
- * simba_session_ended(session_id, t, origin, lock): whether that session
- * has ended at t, its row locked FOR SHARE when it has and `lock`. Internal
- * (the owner's only): the lock path's statements call it for a row under a
- * session (simba.h). Only a session that has ended in the statement's
- * snapshot is locked: the lock reads its latest row (waiting for a
- * keepalive in flight), which a keepalive committed since makes live again.
+ * simba_session_ended(session_id, t, origin, lock): simba_session_has_ended
+ * in SQL. Internal (the owner's only): the lock path's statements call it
+ * for a row under a session (simba.h).
  */
 Datum
 simba_session_ended(PG_FUNCTION_ARGS)
 {
 	bool		origin_null = PG_ARGISNULL(2);
-	uint64		ended;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(false);
 	if (PG_ARGISNULL(1) || PG_ARGISNULL(3))
 		elog(ERROR, "simba: simba_session_ended needs t and lock");
-	if (!ended_in_snapshot(fcinfo, PG_GETARG_DATUM(0), PG_GETARG_TIMESTAMPTZ(1), origin_null,
-						   origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(2)))
-		PG_RETURN_BOOL(false);
-	if (!PG_GETARG_BOOL(3))
-		PG_RETURN_BOOL(true);
-	SPI_connect();
-	ended = simba_execute(fcinfo, &ended_lock,
-						  (Datum[]) {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), origin_null ? (Datum) 0 : PG_GETARG_DATUM(2)},
-						  origin_null ? "  n" : NULL, 1);
-	SPI_finish();
-	PG_RETURN_BOOL(ended > 0);
+	PG_RETURN_BOOL(simba_session_has_ended(fcinfo, PG_GETARG_DATUM(0), PG_GETARG_TIMESTAMPTZ(1), origin_null,
+										   origin_null ? 0 : PG_GETARG_TIMESTAMPTZ(2), PG_GETARG_BOOL(3)));
 }
 
 /*

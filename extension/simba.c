@@ -228,8 +228,8 @@ simba_prepare(SimbaPlan *p)
 
 /*
  * The schema and owner of the calling SQL function, looked up once per call
- * site, and its install's simba_mutex and simba_session_lease, looked up on
- * first use: only the clock and the session check need them, and a lock
+ * site, and its install's simba_mutex, simba_session_lease and fence
+ * sequence, looked up on first use: only some calls need them, and a lock
  * statement sets up its call sites afresh each time it runs (a new install
  * has new functions, so nothing here goes stale).
  */
@@ -239,6 +239,7 @@ typedef struct SimbaFunction
 	Oid			owner;
 	Oid			mutex_table;	/* InvalidOid until first use */
 	Oid			session_table;	/* InvalidOid until first use */
+	Oid			fence_sequence; /* InvalidOid until first use */
 } SimbaFunction;
 
 static SimbaFunction *
@@ -261,7 +262,7 @@ calling_function(FunctionCallInfo fcinfo)
 	return f;
 }
 
-/* Table `name` of the calling function's install, kept in *cache. */
+/* Relation `name` of the calling function's install, kept in *cache. */
 static Oid
 install_table(FunctionCallInfo fcinfo, Oid *cache, const char *name)
 {
@@ -280,6 +281,12 @@ Oid
 simba_session_table(FunctionCallInfo fcinfo)
 {
 	return install_table(fcinfo, &calling_function(fcinfo)->session_table, "simba_session_lease");
+}
+
+Oid
+simba_fence_sequence(FunctionCallInfo fcinfo)
+{
+	return install_table(fcinfo, &calling_function(fcinfo)->fence_sequence, "simba_mutex_fence");
 }
 
 uint64

@@ -59,6 +59,7 @@ extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 /* The OID of simba_mutex in the install of the calling SQL function. */
 extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
 extern Oid	simba_session_table(FunctionCallInfo fcinfo);
+extern Oid	simba_fence_sequence(FunctionCallInfo fcinfo);
 
 /*
  * Reads the row of table relid whose one-column primary key equals key
@@ -69,6 +70,25 @@ extern Oid	simba_session_table(FunctionCallInfo fcinfo);
  */
 extern bool simba_read_row(Oid relid, RegProcedure eqproc, Datum key,
 						   void (*read) (TupleTableSlot *slot, void *arg), void *arg);
+/*
+ * simba_update_row (row_update.c): the row of table relid whose one-column
+ * primary key equals key (eqproc) changed as an UPDATE by that key would
+ * change it, without an executor. change(old, values, nulls, arg) decides
+ * on the row: values and nulls hold its columns, which it sets to the new
+ * row's and returns true to write them. It may be called again on a newer
+ * version of the row (one a concurrent transaction wrote), and the last
+ * call's values are those written. With old_row, an update sets *old_row
+ * and *new_row to copies of the two versions. No trigger fires.
+ */
+typedef enum SimbaRowUpdate
+{
+	SIMBA_ROW_ABSENT,			/* no such row in the snapshot */
+	SIMBA_ROW_KEPT,				/* change() refused it, or it was deleted meanwhile */
+	SIMBA_ROW_UPDATED
+} SimbaRowUpdate;
+typedef bool (*SimbaRowChange) (TupleTableSlot *old, Datum *values, bool *nulls, void *arg);
+extern SimbaRowUpdate simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange change,
+									   void *arg, HeapTuple *old_row, HeapTuple *new_row);
 /* Byte equality of two texts: ids are compared so (deterministic collation). */
 extern bool simba_same_text(Datum a, Datum b);
 
@@ -121,6 +141,23 @@ extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
 extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool clock_null, TimestampTz clock,
 									  bool origin_null, TimestampTz origin);
 
+/*
+ * SIMBA_LEASE_END in C with SQL's NULLs: false where simba_lease_end
+ * returns NULL (no col, or another clock's row without its since).
+ */
+typedef struct SimbaLeaseEnd
+{
+	TimestampTz col,
+				since,
+				clock,
+				origin;
+	bool		col_null,
+				since_null,
+				clock_null,
+				origin_null;
+} SimbaLeaseEnd;
+extern bool simba_lease_end_of(const SimbaLeaseEnd *e, TimestampTz *end);
+
 /* The null flag of an origin passed as a plan's parameter (none on a standby). */
 #define SIMBA_ORIGIN_NULL(origin) ((origin) == 0 ? 'n' : ' ')
 
@@ -169,6 +206,15 @@ extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool c
  */
 #define SIMBA_SESSION_TIME_OR(id_col, session_col, origin, own) \
 	"COALESCE(simba_session_time(" id_col ", '" session_col "', " origin "), " own ")"
+/*
+ * SIMBA_SESSION_ENDED in C, inside SPI: whether session `id` has ended at
+ * t in the active snapshot, and, with `lock`, its row locked FOR SHARE
+ * when it has. Only a session that has ended in the snapshot is locked:
+ * the lock reads its latest row (waiting for a keepalive in flight), which
+ * a keepalive committed since makes live again.
+ */
+extern bool simba_session_has_ended(FunctionCallInfo fcinfo, Datum id, TimestampTz t, bool origin_null,
+									TimestampTz origin, bool lock);
 /* Session row s is the caller's: $1 its id, $2 role, $3 roleid, $4 sysid (SimbaCaller). */
 #define SIMBA_CALLERS_SESSION \
 	"s.session_id = $1 AND " SIMBA_SAME_ROLE("s.owner_role", "s.owner_roleid", "s.owner_sysid", "$2", "$3", "$4")
@@ -242,6 +288,13 @@ typedef enum SimbaNotify
 extern int	simba_notify;
 /* NOTIFY simba, name at commit, unless simba.notify lets it skip (wake.c). */
 extern void simba_wake(const char *name);
+/*
+ * While simba.history is on: log the change of simba_mutex row old to row
+ * (old NULL: an insert) when it is a change of hands or a release (forced:
+ * an admin's), as the history trigger does for simba's statements. For
+ * writes that fire no trigger (simba_update_row).
+ */
+extern void simba_log_change(FunctionCallInfo fcinfo, TupleDesc desc, HeapTuple old, HeapTuple row, bool forced);
 /* Inside SPI: log a release that found its lease over, once per tenure. */
 extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender,
 								   const SimbaCaller *caller, TimestampTz t);
@@ -250,11 +303,19 @@ extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum c
  * mutex.c, for the fair lock (fair.c): the acquire plans' arguments of a
  * call on one mutex (its mutex and contender_id arguments 0 and 1, ttl and
  * transition at ttl_arg and ttl_arg + 1), and one acquire attempt with
- * them, true when the caller holds the mutex afterwards (SPI_tuptable's
- * first row is the owner after it, a simba_owner).
+ * them, true when the caller holds the mutex afterwards (*owner is the
+ * owner after it; values that are SPI's live until SPI_finish).
  */
+/* simba_owner's columns: mutex, owner_id, acquired_at, ttl_at, transition_at, version, fence, current_at, owner_role. */
+typedef struct SimbaOwner
+{
+	Datum		values[9];
+	bool		nulls[9];
+} SimbaOwner;
 extern SimbaCaller simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls);
-extern bool simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls);
+extern bool simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls, SimbaOwner *owner);
+/* A simba_owner tuple of *owner (its values may be SPI's: form it before SPI_finish), allocated in ctx. */
+extern HeapTuple simba_owner_tuple(TupleDesc tupdesc, SimbaOwner *owner, MemoryContext ctx);
 /*
  * Inside SPI, before any attempt: when argument argno (session_id) names a
  * session, the attempts' tenures join it (simba_session_join: SB004 if it
