@@ -206,7 +206,7 @@ next_version(const MutexColumns *c, const Datum *v)
 }
 
 /*
- * The acquire (SimbaRowChange): a non-holder takes a free or ended
+ * The acquire (a SimbaRowWriter's change): a non-holder takes a free or ended
  * tenure; the holder renews and keeps its fence while its lease is live
  * (Protocol). A new holder gets a fence from the sequence: never reused,
  * even after a rollback.
@@ -243,7 +243,7 @@ take_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 	return true;
 }
 
-/* The release (SimbaRowChange): only the caller's live tenure; an ended or foreign one is left alone. */
+/* The release (a SimbaRowWriter's change): only the caller's live tenure; an ended or foreign one is left alone. */
 static bool
 free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 {
@@ -258,17 +258,70 @@ free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 	return true;
 }
 
-/* Row `mutex` changed by `change`; while simba.history is on, logged as its trigger would. */
+/*
+ * The write of a decided row version as an UPDATE, for a simba_mutex that
+ * has triggers of its own (simba_update_row): $1 the version's ctid, then
+ * the columns an acquire or a release sets. A BEFORE trigger may change
+ * the new row or skip it: RETURNING says what was written.
+ */
+static SimbaPlan tid_update = {
+	"UPDATE simba_mutex AS m"
+	"   SET owner_id = $2, owner_role = $3, owner_roleid = $4, owner_sysid = $5, session_id = $6,"
+	"       acquired_at = $7, ttl_at = $8, transition_at = $9, clock_origin = $10, version = $11, fence = $12"
+	" WHERE m.ctid = $1"
+	" RETURNING m.version, m.fence",
+	12, {TIDOID, TEXTOID, NAMEOID, OIDOID, INT8OID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT8OID, INT8OID}
+};
+
 static bool
-change_mutex(MutexCall *m, Datum mutex, SimbaRowChange change)
+write_by_statement(ItemPointer tid, const Datum *v, const bool *n, void *arg)
+{
+	MutexCall  *m = arg;
+	const MutexColumns *c = &m->c;
+	const int	cols[11] = {c->owner_id, c->owner_role, c->owner_roleid, c->owner_sysid, c->session_id,
+	c->acquired_at, c->ttl_at, c->transition_at, c->clock_origin, c->version, c->fence};
+	Datum		args[12] = {PointerGetDatum(tid)};
+	char		nulls[12] = {' '};
+	bool		isnull;
+	int			i;
+
+	for (i = 0; i < 11; i++)
+	{
+		args[i + 1] = v[cols[i]];
+		nulls[i + 1] = n[cols[i]] ? 'n' : ' ';
+	}
+	if (simba_execute(m->fcinfo, &tid_update, args, nulls, 1) != 1)
+		return false;
+	m->version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	m->fence = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
+}
+
+static const SimbaRowWriter take_writer = {take_row, write_by_statement, "simba_mutex_history_update"};
+static const SimbaRowWriter free_writer = {free_row, write_by_statement, "simba_mutex_history_update"};
+
+/*
+ * Row `mutex` changed by `writer`. While simba.history is on, a change that
+ * fired no trigger is logged as the history trigger would log it.
+ */
+static bool
+change_mutex(MutexCall *m, Datum mutex, const SimbaRowWriter *writer)
 {
 	Oid			relid = simba_mutex_table(m->fcinfo);
 	HeapTuple	old = NULL;
 	HeapTuple	row = NULL;
 	bool		log = simba_history;
 
-	if (simba_update_row(relid, F_TEXTEQ, mutex, change, m, log ? &old : NULL, &row) != SIMBA_ROW_UPDATED)
-		return false;
+	switch (simba_update_row(m->fcinfo, relid, F_TEXTEQ, mutex, writer, m, log ? &old : NULL, &row))
+	{
+		case SIMBA_ROW_WRITTEN:
+			return true;
+		case SIMBA_ROW_UPDATED:
+			break;
+		default:
+			return false;
+	}
 	if (log)
 	{
 		Relation	rel = table_open(relid, NoLock);
@@ -453,7 +506,7 @@ simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls, SimbaOwner *
 
 	for (attempt = 0;; attempt++)
 	{
-		if (change_mutex(&m, args[0], take_row))
+		if (change_mutex(&m, args[0], &take_writer))
 		{
 			*owner = (SimbaOwner) {
 				.values = {args[0], args[1], args[2], args[3], args[4], Int64GetDatum(m.version),
@@ -611,7 +664,7 @@ simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const
 	MutexCall	m = {
 		.fcinfo = fcinfo, .contender = contender, .caller = *caller, .t = t, .origin = simba_clock_origin(fcinfo),
 	};
-	bool		released = change_mutex(&m, mutex, free_row);
+	bool		released = change_mutex(&m, mutex, &free_writer);
 
 	if (!released && simba_history)
 		simba_log_late_release(fcinfo, mutex, contender, caller, t);

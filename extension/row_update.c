@@ -17,8 +17,13 @@
  *   and under REPEATABLE READ or SERIALIZABLE it raises 40001;
  * - an update that is not HOT inserts its index entries.
  *
- * No trigger fires and no privilege is checked: for simba's own tables
- * only, whose one trigger's work the caller does itself (history.c).
+ * No privilege is checked: for simba's own tables only. The table's own
+ * trigger does not fire: the caller does its work itself (history.c).
+ * Triggers a DBA or a test adds fire as they did for the UPDATE: AFTER ROW
+ * triggers (an audit trail) after the update here; with a BEFORE ROW or a
+ * statement trigger (which may change or refuse the row), the row version
+ * decided on is locked here and written by the caller's UPDATE of that
+ * version, whose executor fires them all.
  */
 #include "simba.h"
 
@@ -28,23 +33,44 @@
 #include "access/tableam.h"
 #include "access/sysattr.h"
 #include "access/xact.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 /*
- * Writes the index entries of a row version that an update did not make
- * HOT. The update is described as one setting every column but the key,
- * as simba's UPDATEs did: an index on the key alone is then known to be
- * unchanged, which lets the btree delete old versions bottom-up.
+ * After an update here: the index entries of a row version that it did not
+ * make HOT, and the AFTER ROW triggers of the table when it has some of
+ * its own (fire). The update is described as one setting every column but
+ * the key, as simba's UPDATEs did: an index on the key alone is then known
+ * to be unchanged (the btree deletes old versions bottom-up), and a
+ * trigger's column list matches as it did.
  */
-static void
-insert_index_entries(Relation rel, AttrNumber key, TupleTableSlot *slot)
+typedef struct Finish
 {
+	Relation	rel;
+	AttrNumber	key;
+	ItemPointer old_tid;
+	TupleTableSlot *slot;
+	bool		update_indexes;
+	bool		fire;
+} Finish;
+
+static void
+finish_update(void *arg)
+{
+	Finish	   *f = arg;
+	Relation	rel = f->rel;
+	AttrNumber	key = f->key;
+	TupleTableSlot *slot = f->slot;
+	bool		update_indexes = f->update_indexes;
+	bool		fire = f->fire;
 	EState	   *estate = CreateExecutorState();
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 	ResultRelInfo *info = makeNode(ResultRelInfo);
+	List	   *recheck = NIL;
 	AttrNumber	col;
 
 	rte->rtekind = RTE_RELATION;
@@ -56,9 +82,22 @@ insert_index_entries(Relation rel, AttrNumber key, TupleTableSlot *slot)
 			rte->updatedCols = bms_add_member(rte->updatedCols, col - FirstLowInvalidHeapAttributeNumber);
 	ExecInitRangeTable(estate, list_make1(rte));
 	InitResultRelInfo(info, rel, 1, NULL, 0);
-	ExecOpenIndices(info, false);
-	list_free(ExecInsertIndexTuples(info, slot, estate, true, false, NULL, NIL));
-	ExecCloseIndices(info);
+	estate->es_opened_result_relations = list_make1(info);
+	if (fire)
+		AfterTriggerBeginQuery();
+	if (update_indexes)
+	{
+		ExecOpenIndices(info, false);
+		recheck = ExecInsertIndexTuples(info, slot, estate, true, false, NULL, NIL);
+	}
+	if (fire)
+	{
+		ExecARUpdateTriggers(estate, info, NULL, NULL, f->old_tid, NULL, slot, recheck, NULL, false);
+		AfterTriggerEndQuery(estate);
+	}
+	list_free(recheck);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	ExecCloseResultRelations(estate);
 	FreeExecutorState(estate);
 }
 
@@ -82,19 +121,49 @@ check_self_modified(const TM_FailureData *tmfd, CommandId cid)
 				 errmsg("tuple to be updated was already modified by an operation triggered by the current command")));
 }
 
+/* How a change of rel fires the triggers on UPDATE it has besides the one named own. */
+typedef enum TriggerWay
+{
+	TRIGGERS_NONE,				/* it has none */
+	TRIGGERS_AFTER_ROW,			/* AFTER ROW only: fired after the update here */
+	TRIGGERS_BY_STATEMENT		/* BEFORE ROW or per statement: the writer's UPDATE fires them */
+} TriggerWay;
+
+static TriggerWay
+trigger_way(Relation rel, const char *own)
+{
+	TriggerDesc *triggers = rel->trigdesc;
+	TriggerWay	way = TRIGGERS_NONE;
+	int			i;
+
+	for (i = 0; triggers != NULL && i < triggers->numtriggers; i++)
+	{
+		int16		type = triggers->triggers[i].tgtype;
+
+		if (!TRIGGER_FOR_UPDATE(type) || strcmp(triggers->triggers[i].tgname, own) == 0)
+			continue;
+		if (!TRIGGER_FOR_ROW(type) || !TRIGGER_FOR_AFTER(type))
+			return TRIGGERS_BY_STATEMENT;
+		way = TRIGGERS_AFTER_ROW;
+	}
+	return way;
+}
+
 SimbaRowUpdate
-simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange change, void *arg,
-				 HeapTuple *old_row, HeapTuple *new_row)
+simba_update_row(FunctionCallInfo fcinfo, Oid relid, RegProcedure eqproc, Datum key, const SimbaRowWriter *writer,
+				 void *arg, HeapTuple *old_row, HeapTuple *new_row)
 {
 	Relation	rel;
 	Relation	idx;
 	Snapshot	snapshot;
 	TupleTableSlot *slot;
 	TupleTableSlot *newslot;
+	TupleTableSlot *locked = NULL;
 	IndexScanDesc scan;
 	ScanKeyData skey;
 	TupleDesc	desc;
 	CommandId	cid;
+	TriggerWay	way;
 	SimbaRowUpdate result = SIMBA_ROW_ABSENT;
 
 	CommandCounterIncrement();
@@ -108,6 +177,9 @@ simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange chang
 	desc = RelationGetDescr(rel);
 	slot = table_slot_create(rel, NULL);
 	newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	way = trigger_way(rel, writer->own_trigger);
+	if (way == TRIGGERS_BY_STATEMENT)
+		locked = table_slot_create(rel, NULL);
 
 	/* The index's collation: a text key's btree is ordered by it. */
 	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid, idx->rd_indcollation[0], eqproc, key);
@@ -121,7 +193,7 @@ simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange chang
 	{
 		ItemPointerData tid;
 		TM_FailureData tmfd;
-		LockTupleMode lockmode;
+		LockTupleMode lockmode = LockTupleNoKeyExclusive;
 		bool		update_indexes;
 		TM_Result	tm;
 
@@ -132,26 +204,55 @@ simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange chang
 		ExecClearTuple(newslot);
 		memcpy(newslot->tts_values, slot->tts_values, desc->natts * sizeof(Datum));
 		memcpy(newslot->tts_isnull, slot->tts_isnull, desc->natts * sizeof(bool));
-		if (!change(slot, newslot->tts_values, newslot->tts_isnull, arg))
+		if (!writer->change(slot, newslot->tts_values, newslot->tts_isnull, arg))
 			break;
-		ExecStoreVirtualTuple(newslot);
 
-		tm = table_tuple_update(rel, &tid, newslot, cid, snapshot, InvalidSnapshot, true,
-								&tmfd, &lockmode, &update_indexes);
-		if (tm == TM_Ok)
+		if (locked != NULL)
 		{
-			if (update_indexes && RelationGetForm(rel)->relhasindex)
-				insert_index_entries(rel, idx->rd_index->indkey.values[0], newslot);
-			result = SIMBA_ROW_UPDATED;
-			break;
+			/* The version decided on, locked as the UPDATE will lock it: its statement then finds it. */
+			tm = table_tuple_lock(rel, &tid, snapshot, locked, cid, LockTupleNoKeyExclusive, LockWaitBlock,
+								  IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+			if (tm == TM_Ok && !tmfd.traversed)
+			{
+				result = writer->write(&tid, newslot->tts_values, newslot->tts_isnull, arg)
+					? SIMBA_ROW_WRITTEN : SIMBA_ROW_KEPT;
+				break;
+			}
+			if (tm == TM_Ok)
+			{
+				/* A newer version, now locked: decide again on it. */
+				ExecCopySlot(slot, locked);
+				slot->tts_tid = locked->tts_tid;
+				continue;
+			}
 		}
+		else
+		{
+			ExecStoreVirtualTuple(newslot);
+			tm = table_tuple_update(rel, &tid, newslot, cid, snapshot, InvalidSnapshot, true,
+									&tmfd, &lockmode, &update_indexes);
+			if (tm == TM_Ok)
+			{
+				Finish		finish = {rel, idx->rd_index->indkey.values[0], &tid, newslot,
+				update_indexes && RelationGetForm(rel)->relhasindex, way == TRIGGERS_AFTER_ROW};
+
+				/* A DBA's triggers run as an UPDATE of simba's statements ran them. */
+				if (finish.fire)
+					simba_as_owner(fcinfo, finish_update, &finish);
+				else if (finish.update_indexes)
+					finish_update(&finish);
+				result = SIMBA_ROW_UPDATED;
+				break;
+			}
+		}
+
 		if (tm == TM_SelfModified)
 		{
 			check_self_modified(&tmfd, cid);
 			break;
 		}
 		if (tm != TM_Updated && tm != TM_Deleted)
-			elog(ERROR, "simba: unexpected table_tuple_update status %d", (int) tm);
+			elog(ERROR, "simba: unexpected row update status %d", (int) tm);
 		if (IsolationUsesXactSnapshot())
 			refuse_concurrent_change(tm);
 		if (tm == TM_Deleted)
@@ -175,6 +276,8 @@ simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange chang
 	}
 	ExecDropSingleTupleTableSlot(newslot);
 	ExecDropSingleTupleTableSlot(slot);
+	if (locked != NULL)
+		ExecDropSingleTupleTableSlot(locked);
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
 	PopActiveSnapshot();

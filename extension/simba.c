@@ -289,16 +289,13 @@ simba_fence_sequence(FunctionCallInfo fcinfo)
 	return install_table(fcinfo, &calling_function(fcinfo)->fence_sequence, "simba_mutex_fence");
 }
 
-uint64
-simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *nulls, int tcount)
+void
+simba_as_owner(FunctionCallInfo fcinfo, void (*body) (void *arg), void *arg)
 {
 	OverrideSearchPath path = {0};
-	SimbaPlan  *outer = simba_running_plan;
 	SimbaFunction *f = calling_function(fcinfo);
 	Oid			save_user;
 	int			save_sec;
-	bool		save_seqscan = enable_seqscan;
-	volatile int rc = 0;
 
 	/*
 	 * pg_catalog first, so no function or operator in the extension's schema
@@ -309,34 +306,69 @@ simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *
 	/* The tables are the owner's: the statement runs as the owner, as SECURITY DEFINER would. */
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(f->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	simba_running_plan = p;
-	/*
-	 * Only the planner reads it, so it is set directly for this statement
-	 * rather than through the GUC machinery: a SET clause on each function
-	 * cost every call a save and restore of the setting.
-	 */
-	enable_seqscan = p->scans;
 	PG_TRY();
 	{
-		if (p->plan == NULL)
-			p->plan = simba_prepare(p);
-		if (IsolationUsesXactSnapshot())
-			rc = SPI_execute_snapshot(p->plan, values, nulls, GetLatestSnapshot(),
-									  InvalidSnapshot, false, true, tcount);
-		else
-			rc = SPI_execute_plan(p->plan, values, nulls, false, tcount);
+		body(arg);
 	}
 	PG_FINALLY();
 	{
-		simba_running_plan = outer;
-		enable_seqscan = save_seqscan;
 		SetUserIdAndSecContext(save_user, save_sec);
 		PopOverrideSearchPath();
 	}
 	PG_END_TRY();
 	list_free(path.schemas);
-	if (rc < 0)
-		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(rc));
+}
+
+/* simba_execute's statement, run by simba_as_owner. */
+typedef struct Execution
+{
+	SimbaPlan  *plan;
+	Datum	   *values;
+	const char *nulls;
+	int			tcount;
+	int			rc;				/* out */
+} Execution;
+
+static void
+execute_plan(void *arg)
+{
+	Execution  *e = arg;
+	SimbaPlan  *outer = simba_running_plan;
+	bool		save_seqscan = enable_seqscan;
+
+	simba_running_plan = e->plan;
+	/*
+	 * Only the planner reads it, so it is set directly for this statement
+	 * rather than through the GUC machinery: a SET clause on each function
+	 * cost every call a save and restore of the setting.
+	 */
+	enable_seqscan = e->plan->scans;
+	PG_TRY();
+	{
+		if (e->plan->plan == NULL)
+			e->plan->plan = simba_prepare(e->plan);
+		if (IsolationUsesXactSnapshot())
+			e->rc = SPI_execute_snapshot(e->plan->plan, e->values, e->nulls, GetLatestSnapshot(),
+										 InvalidSnapshot, false, true, e->tcount);
+		else
+			e->rc = SPI_execute_plan(e->plan->plan, e->values, e->nulls, false, e->tcount);
+	}
+	PG_FINALLY();
+	{
+		simba_running_plan = outer;
+		enable_seqscan = save_seqscan;
+	}
+	PG_END_TRY();
+}
+
+uint64
+simba_execute(FunctionCallInfo fcinfo, SimbaPlan *p, Datum *values, const char *nulls, int tcount)
+{
+	Execution	e = {p, values, nulls, tcount, 0};
+
+	simba_as_owner(fcinfo, execute_plan, &e);
+	if (e.rc < 0)
+		elog(ERROR, "simba: statement failed: %s", SPI_result_code_string(e.rc));
 	return SPI_processed;
 }
 

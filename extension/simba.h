@@ -56,6 +56,14 @@ typedef struct SimbaPlan
 extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
 							Datum *values, const char *nulls, int tcount);
 
+/*
+ * Runs body(arg) as simba_execute runs a statement: as the owner of the
+ * calling SQL function, under a search path of pg_catalog and the
+ * extension's schema by OID. For work that is not a statement but runs a
+ * DBA's code, such as a row update's triggers (row_update.c).
+ */
+extern void simba_as_owner(FunctionCallInfo fcinfo, void (*body) (void *arg), void *arg);
+
 /* The OID of simba_mutex in the install of the calling SQL function. */
 extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
 extern Oid	simba_session_table(FunctionCallInfo fcinfo);
@@ -73,22 +81,36 @@ extern bool simba_read_row(Oid relid, RegProcedure eqproc, Datum key,
 /*
  * simba_update_row (row_update.c): the row of table relid whose one-column
  * primary key equals key (eqproc) changed as an UPDATE by that key would
- * change it, without an executor. change(old, values, nulls, arg) decides
- * on the row: values and nulls hold its columns, which it sets to the new
- * row's and returns true to write them. It may be called again on a newer
- * version of the row (one a concurrent transaction wrote), and the last
- * call's values are those written. With old_row, an update sets *old_row
- * and *new_row to copies of the two versions. No trigger fires.
+ * change it, without an executor. writer->change(old, values, nulls, arg)
+ * decides on the row: values and nulls hold its columns, which it sets to
+ * the new row's and returns true to write them. It may be called again on
+ * a newer version of the row (one a concurrent transaction wrote), and the
+ * last call's values are those written. The table's trigger
+ * writer->own_trigger does not fire; AFTER ROW triggers besides it fire
+ * after the update (as the calling function's owner, simba_as_owner);
+ * with a BEFORE ROW or statement trigger on UPDATE, the row, locked, is
+ * written by writer->write(tid, values, nulls, arg) instead, an UPDATE of
+ * that row version through SPI (true when it wrote it), whose executor
+ * fires them all. With old_row, an update done here sets *old_row and
+ * *new_row to copies of the two versions.
  */
 typedef enum SimbaRowUpdate
 {
 	SIMBA_ROW_ABSENT,			/* no such row in the snapshot */
 	SIMBA_ROW_KEPT,				/* change() refused it, or it was deleted meanwhile */
-	SIMBA_ROW_UPDATED
+	SIMBA_ROW_UPDATED,			/* written here: the own trigger did not fire */
+	SIMBA_ROW_WRITTEN			/* written by writer->write: its triggers fired */
 } SimbaRowUpdate;
-typedef bool (*SimbaRowChange) (TupleTableSlot *old, Datum *values, bool *nulls, void *arg);
-extern SimbaRowUpdate simba_update_row(Oid relid, RegProcedure eqproc, Datum key, SimbaRowChange change,
-									   void *arg, HeapTuple *old_row, HeapTuple *new_row);
+typedef struct SimbaRowWriter
+{
+	bool		(*change) (TupleTableSlot *old, Datum *values, bool *nulls, void *arg);
+	bool		(*write) (ItemPointer tid, const Datum *values, const bool *nulls, void *arg);
+	const char *own_trigger;
+} SimbaRowWriter;
+extern SimbaRowUpdate simba_update_row(FunctionCallInfo fcinfo, Oid relid, RegProcedure eqproc, Datum key,
+									   const SimbaRowWriter *writer, void *arg, HeapTuple *old_row,
+									   HeapTuple *new_row);
+
 /* Byte equality of two texts: ids are compared so (deterministic collation). */
 extern bool simba_same_text(Datum a, Datum b);
 

@@ -1,7 +1,7 @@
 -- The acquire and the release change their row through the table AM, not
 -- an UPDATE (extension/row_update.c): what an UPDATE would have done must
--- still happen. Index entries of updates that are not HOT, errors that
--- leave the row as it was, and a user trigger that no longer fires.
+-- still happen: index entries of updates that are not HOT, errors that
+-- leave the row as it was, the triggers a user adds.
 SET client_min_messages = warning;
 SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
@@ -43,16 +43,31 @@ SELECT simba_release('top', 'a');
 \set VERBOSITY default
 SELECT owner_id, version, fence FROM simba_owner('top');
 
--- Only simba's functions write simba_mutex (its table comment says so): a
--- trigger a user adds does not see the acquire's or the release's change.
-CREATE TABLE seen (mutex text);
+-- A trigger a user adds to simba_mutex (an audit trail) sees every change
+-- of the acquire and the release, as it saw their UPDATEs; the history is
+-- logged once per change, by its trigger on that path.
+CREATE TABLE seen (mutex text, owner_id text, fence bigint);
 CREATE FUNCTION note_change() RETURNS trigger LANGUAGE plpgsql AS
-  $$BEGIN INSERT INTO seen VALUES (NEW.mutex); RETURN NEW; END$$;
+  $$BEGIN INSERT INTO seen VALUES (NEW.mutex, NEW.owner_id, NEW.fence); RETURN NEW; END$$;
 CREATE TRIGGER note AFTER UPDATE ON simba_mutex FOR EACH ROW EXECUTE FUNCTION note_change();
 SELECT owner_id FROM simba_acquire('t', 'a');
+SET simba.history = on;
+SELECT owner_id, fence FROM simba_acquire('t', 'a');
 SELECT simba_release('t', 'a');
-SELECT owner_id FROM simba_acquire('t', 'a');
-SELECT count(*) AS trigger_saw FROM seen;
+SELECT owner_id, fence FROM simba_acquire('t', 'b');
+SELECT simba_release('t', 'a') AS not_the_holder;
+RESET simba.history;
+SELECT owner_id, fence FROM seen ORDER BY fence, owner_id NULLS FIRST;
+SELECT event, owner_id, fence FROM simba_mutex_history WHERE mutex = 't' ORDER BY id;
+-- a BEFORE trigger that refuses the change refuses the release, which changes nothing
+CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN RAISE EXCEPTION 'refused by the audit' USING ERRCODE = 'P0001'; END$$;
+CREATE TRIGGER refuse BEFORE UPDATE ON simba_mutex FOR EACH ROW EXECUTE FUNCTION refuse_change();
+SELECT owner_id FROM simba_acquire('t', 'c', '1s', '0s');
+SELECT simba_release('t', 'b');
+DROP TRIGGER refuse ON simba_mutex;
+SELECT owner_id, fence FROM simba_owner('t');
 DROP TRIGGER note ON simba_mutex;
 DROP TABLE seen;
 DROP FUNCTION note_change();
+DROP FUNCTION refuse_change();
