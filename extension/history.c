@@ -3,7 +3,7 @@
  * hands, late releases, retention, and the admin's forced release.
  *
  * The trigger sees the exact old and new mutex rows (the acquire's and the
- * release's row updates, which fire no trigger, pass them to
+ * release's row updates, which do not fire it, pass them to
  * simba_log_change themselves), so the log says who
  * held the mutex before (previous_owner, previous_role, previous_fence) and
  * why the holder changed: 'acquired' (from free), 'taken_over' (another

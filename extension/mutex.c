@@ -298,8 +298,10 @@ write_by_statement(ItemPointer tid, const Datum *v, const bool *n, void *arg)
 	return true;
 }
 
-static const SimbaRowWriter take_writer = {take_row, write_by_statement, "simba_mutex_history_update"};
-static const SimbaRowWriter free_writer = {free_row, write_by_statement, "simba_mutex_history_update"};
+/* simba's own trigger on the row updates: change_mutex logs the history itself. */
+#define HISTORY_TRIGGER "simba_mutex_history_update"
+static const SimbaRowWriter take_writer = {take_row, write_by_statement, HISTORY_TRIGGER};
+static const SimbaRowWriter free_writer = {free_row, write_by_statement, HISTORY_TRIGGER};
 
 /*
  * Row `mutex` changed by `writer`. While simba.history is on, a change that

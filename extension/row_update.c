@@ -28,7 +28,6 @@
 #include "simba.h"
 
 #include "access/genam.h"
-#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/sysattr.h"
@@ -159,8 +158,6 @@ simba_update_row(FunctionCallInfo fcinfo, Oid relid, RegProcedure eqproc, Datum 
 	TupleTableSlot *slot;
 	TupleTableSlot *newslot;
 	TupleTableSlot *locked = NULL;
-	IndexScanDesc scan;
-	ScanKeyData skey;
 	TupleDesc	desc;
 	CommandId	cid;
 	TriggerWay	way;
@@ -181,13 +178,8 @@ simba_update_row(FunctionCallInfo fcinfo, Oid relid, RegProcedure eqproc, Datum 
 	if (way == TRIGGERS_BY_STATEMENT)
 		locked = table_slot_create(rel, NULL);
 
-	/* The index's collation: a text key's btree is ordered by it. */
-	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid, idx->rd_indcollation[0], eqproc, key);
-	scan = index_beginscan(rel, idx, snapshot, 1, 0);
-	index_rescan(scan, &skey, 1, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	if (simba_find_by_key(rel, idx, snapshot, eqproc, key, slot))
 		result = SIMBA_ROW_KEPT;
-	index_endscan(scan);
 
 	while (result == SIMBA_ROW_KEPT)
 	{

@@ -378,7 +378,21 @@ simba_read_row(Oid relid, RegProcedure eqproc, Datum key, void (*read) (TupleTab
 	Relation	rel = table_open(relid, AccessShareLock);
 	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	IndexScanDesc scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
+	bool		found = simba_find_by_key(rel, idx, GetActiveSnapshot(), eqproc, key, slot);
+
+	if (found)
+		read(slot, arg);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+bool
+simba_find_by_key(Relation rel, Relation idx, Snapshot snapshot, RegProcedure eqproc, Datum key,
+				  TupleTableSlot *slot)
+{
+	IndexScanDesc scan = index_beginscan(rel, idx, snapshot, 1, 0);
 	ScanKeyData skey;
 	bool		found;
 
@@ -386,12 +400,7 @@ simba_read_row(Oid relid, RegProcedure eqproc, Datum key, void (*read) (TupleTab
 	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid, idx->rd_indcollation[0], eqproc, key);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	if (found)
-		read(slot, arg);
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
 	return found;
 }
 

@@ -78,6 +78,9 @@ extern Oid	simba_fence_sequence(FunctionCallInfo fcinfo);
  */
 extern bool simba_read_row(Oid relid, RegProcedure eqproc, Datum key,
 						   void (*read) (TupleTableSlot *slot, void *arg), void *arg);
+/* The same lookup on open relations: the row in `snapshot`, stored in slot; false when there is none. */
+extern bool simba_find_by_key(Relation rel, Relation idx, Snapshot snapshot, RegProcedure eqproc, Datum key,
+							  TupleTableSlot *slot);
 /*
  * simba_update_row (row_update.c): the row of table relid whose one-column
  * primary key equals key (eqproc) changed as an UPDATE by that key would
