@@ -19,9 +19,12 @@
 -- Privileges: nothing is granted to PUBLIC. Any role that may take a lock can
 -- stall every process waiting on it, so a DBA grants that on purpose with
 -- simba_grant(role). The functions run as the caller (a lease is the
--- caller's), with a pinned search_path, and their statements run as the
--- function's owner, reaching the tables by the schema's OID; the tables are
--- written only through them. Their statements are planned without
+-- caller's), and their statements run as the function's owner under a
+-- search path of schema OIDs (simba_as_owner, simba.c), reaching the tables
+-- by the schema's OID; the tables are written only through them. So the
+-- functions need no SET search_path, which would cost every call a save
+-- and restore of the settings; only simba_grant, simba_revoke and
+-- simba_strip_privileges, which run SQL they compose, keep one. Their statements are planned without
 -- sequential scans (simba_execute, simba.c): plans are kept, and one chosen
 -- while a table was tiny must not scan it whole once it has grown (the
 -- admin functions' whole-table statements keep them: a disabled scan's cost
@@ -105,32 +108,28 @@ CREATE FUNCTION @extschema@.simba_session_open(
     transition interval DEFAULT '6 seconds')
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_open_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_open(interval, interval) IS
   'simba: open a session of the caller''s role: mutexes (simba_acquire, simba_acquire_all, simba_fair_acquire), permits and read-write holds acquired under it live as long as it does';
 
 CREATE FUNCTION @extschema@.simba_session_keepalive(session_id uuid)
 RETURNS @extschema@.simba_session
 AS 'MODULE_PATHNAME', 'simba_session_keepalive_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_keepalive(uuid) IS
   'simba: renew the caller''s live session by its ttl and transition; SB004 if it has ended, is unknown or another role''s (then nothing it held is held)';
 
 CREATE FUNCTION @extschema@.simba_session_close(session_id uuid)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_session_close_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_close(uuid) IS
   'simba: end the caller''s session, releasing every mutex, permit and read-write hold held under it (NOTIFY simba for each, as their releases send; a fair queue''s head on its wake_channel); returns how many it released (0 for an ended or unknown session)';
 
 CREATE FUNCTION @extschema@.simba_session_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_session_gc_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_gc() IS
   'simba: admin only — remove ended sessions (what they held becomes leases that ended with them); returns how many';
 
@@ -142,8 +141,7 @@ CREATE FUNCTION @extschema@.simba_acquire(
     session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire the mutex when free or past transition_at, renew it when already owner; under a session (session_id), the tenure lives as long as the session and ttl and transition are not used; returns the owner after the attempt';
 
@@ -155,32 +153,28 @@ CREATE FUNCTION @extschema@.simba_renew(
     transition   interval DEFAULT '6 seconds')
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_renew_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_renew(text, text, bigint, interval, interval) IS
   'simba: renew the caller''s live tenure with this fence; never takes the mutex (a lost tenure stays lost); returns the owner after the attempt';
 
 CREATE FUNCTION @extschema@.simba_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_release_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_release(text, text) IS
   'simba: release the mutex if the caller holds it (true), NOTIFY simba with the mutex name; false and no change otherwise';
 
 CREATE FUNCTION @extschema@.simba_owner(mutex text)
 RETURNS @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_owner_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_owner(text) IS
   'simba: the current owner, no change; owner_id NULL when free, expired or unknown';
 
 CREATE FUNCTION @extschema@.simba_fence_check(mutex text, contender_id text, fence bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_fence_check_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_fence_check(text, text, bigint) IS
   'simba: error (SB001 not owner, SB002 stale fence, SB003 lease expired) unless the caller holds the mutex with this fence; locks the row FOR SHARE until the calling transaction ends';
 
@@ -193,16 +187,14 @@ CREATE FUNCTION @extschema@.simba_acquire_all(
     session_id   uuid     DEFAULT NULL)
 RETURNS SETOF @extschema@.simba_owner
 AS 'MODULE_PATHNAME', 'simba_acquire_all_1_4'
-LANGUAGE C VOLATILE ROWS 10
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE ROWS 10;
 COMMENT ON FUNCTION @extschema@.simba_acquire_all(text[], text, interval, interval, uuid) IS
   'simba: acquire (or renew) every one of the mutexes (at most 1000, each once) or none: one row per mutex in byte order of the names, every owner the caller''s afterwards, or the owners as they stand and nothing changed; each mutex keeps its own fence; under a session (session_id) every one lives as long as the session and ttl and transition are not used';
 
 CREATE FUNCTION @extschema@.simba_release_all(mutexes text[], contender_id text)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'simba_release_all_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_release_all(text[], text) IS
   'simba: release every one of the mutexes the caller holds, in byte order of the names, NOTIFY simba for each; returns how many were released';
 
@@ -264,24 +256,21 @@ CREATE FUNCTION @extschema@.simba_rwlock_acquire(
     session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_rwlock_grant
 AS 'MODULE_PATHNAME', 'simba_rwlock_acquire_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_acquire(text, text, text, interval, interval, uuid) IS
   'simba: take, renew or wait for a read-write lock in mode read or write: many readers or one writer; while a writer waits new readers are refused; a writer asking for read downgrades without a gap; a reader asking for write is refused (SB005); under a session (session_id) a read or write hold lives as long as the session, a waiting writer''s place by its own ttl and transition';
 
 CREATE FUNCTION @extschema@.simba_rwlock_release(rwlock text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_rwlock_release_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_release(text, text) IS
   'simba: release the caller''s live read or write hold (true) or withdraw its place in the writers'' queue (false), NOTIFY simba with the lock''s name (not for a reader while no writer waits: nobody waits for it); false and no change otherwise';
 
 CREATE FUNCTION @extschema@.simba_rwlock_fence_check(rwlock text, contender_id text, fence bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_rwlock_fence_check_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_rwlock_fence_check(text, text, bigint) IS
   'simba: error (SB001 not a holder, SB002 stale fence, SB003 lease expired, or its session ended) unless the caller holds the read-write lock with this fence; locks the lock''s row FOR SHARE until the calling transaction ends: no grant until then';
 
@@ -326,16 +315,14 @@ CREATE FUNCTION @extschema@.simba_fair_acquire(
     session_id   uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_fair_owner
 AS 'MODULE_PATHNAME', 'simba_fair_acquire_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_fair_acquire(text, text, interval, interval, uuid) IS
   'simba: acquire or renew the mutex in arrival order: taken when no live queue entry is ahead of the caller, else the caller''s entry is written or renewed in its place (it lapses after ttl + transition unless the caller asks again, also under a session); under a session (session_id) the tenure lives as long as the session';
 
 CREATE FUNCTION @extschema@.simba_fair_release(mutex text, contender_id text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_fair_release_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_fair_release(text, text) IS
   'simba: release the caller''s live tenure (true), or withdraw its place in the queue; NOTIFY only the waiter whose turn it is now, on its wake_channel';
 
@@ -343,8 +330,7 @@ COMMENT ON FUNCTION @extschema@.simba_fair_release(text, text) IS
 CREATE FUNCTION @extschema@.simba_clock(OUT now timestamptz, OUT origin timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'simba_clock'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_clock() IS
   'simba: now on simba''s clock (the wall clock at origin, advanced by the boot clock since: a step of the wall clock does not move it) and that origin; on a standby the wall clock and NULL';
 
@@ -443,40 +429,35 @@ CREATE FUNCTION @extschema@.simba_semaphore_acquire(
     session_id uuid     DEFAULT NULL)
 RETURNS @extschema@.simba_permit
 AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text, uuid) IS
   'simba: a permit of key if fewer than permits are live, else NULL; never waits for other acquirers beyond one call; under a session (session_id) it lives as long as the session and ttl is not used';
 
 CREATE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_refresh(text, uuid, interval) IS
   'simba: extend a live permit to now + ttl (under a session: no change); false once it expired or was taken over';
 
 CREATE FUNCTION @extschema@.simba_semaphore_release(key text, token uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_release_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_release(text, uuid) IS
   'simba: give a live permit back and NOTIFY simba with the key; false for an expired, taken-over or unknown token';
 
 CREATE FUNCTION @extschema@.simba_semaphore_fence_check(key text, token uuid, fence bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'simba_semaphore_fence_check_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_fence_check(text, uuid, bigint) IS
   'simba: error (SB001 not holder, SB002 stale fence, SB003 expired) unless the token holds a live permit with this fence; its slot is not granted again until the calling transaction ends';
 
 CREATE FUNCTION @extschema@.simba_semaphore_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_semaphore_gc_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_gc() IS
   'simba: remove the rows of keys that have no live permit; returns how many keys it removed';
 
@@ -656,16 +637,14 @@ COMMENT ON VIEW @extschema@.simba_mutex_stats IS
 CREATE FUNCTION @extschema@.simba_history_prune(keep interval)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_history_prune'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_history_prune(interval) IS
   'simba: delete history older than now - keep; returns how many rows it deleted';
 
 CREATE FUNCTION @extschema@.simba_force_release(mutex text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_force_release_1_4'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_force_release(text) IS
   'simba: admin only — free the mutex whoever holds it (the next holder gets the next fence) and NOTIFY simba; false if it was free';
 
@@ -675,8 +654,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history_id_s
 CREATE FUNCTION @extschema@.simba_mutex_gc()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_mutex_gc'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
   'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
 
@@ -684,8 +662,7 @@ COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
 CREATE FUNCTION @extschema@.simba_drop_guard()
 RETURNS event_trigger
 AS 'MODULE_PATHNAME', 'simba_drop_guard'
-LANGUAGE C
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C;
 COMMENT ON FUNCTION @extschema@.simba_drop_guard() IS
   'simba: refuse DROP EXTENSION simba (or DROP SCHEMA CASCADE of its schema) while leases or permits are live, unless simba.drop_live_leases is on';
 CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
@@ -699,8 +676,7 @@ COMMENT ON EVENT TRIGGER simba_drop_guard IS
 CREATE FUNCTION @extschema@.simba_wait(names text[], waiting boolean DEFAULT true)
 RETURNS text[]
 AS 'MODULE_PATHNAME', 'simba_wait'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_wait(text[], boolean) IS
   'simba: register this connection (the one that LISTENs on simba) as a waiter on each name, or (waiting false) drop registrations it made; returns the names a release under way kept it from registering (call again for those). Under simba.notify = registered only releases of registered names send NOTIFY simba';
 

@@ -86,12 +86,21 @@ CREATE FUNCTION regress_evil.always(text, text) RETURNS boolean
 CREATE OPERATOR regress_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_evil.always);
 CREATE FUNCTION regress_evil.clock_timestamp() RETURNS timestamptz
     LANGUAGE sql AS $$SELECT 'infinity'::timestamptz$$;
+CREATE TEMP TABLE simba_session_lease (session_id uuid);
+CREATE TEMP TABLE simba_semaphore_permit (key text, token uuid);
 SET search_path = pg_temp, regress_evil, pg_catalog, public;
 SELECT owner_id, fence FROM public.simba_acquire('sec-held', 'app', '1h', '1h');
 SELECT public.simba_release('sec-held', 'app');
 SELECT public.simba_fence_check('sec-held', 'app', 1);
+-- the functions carry no SET search_path: sessions and permits as well
+SELECT session_id AS sec_session FROM public.simba_session_open() \gset
+SELECT owner_id FROM public.simba_acquire('sec-session', 'app', session_id => :'sec_session');
+SELECT public.simba_session_close(:'sec_session');
+SELECT token AS sec_token FROM public.simba_semaphore_acquire('sec-sem', 'app', 1) \gset
+SELECT public.simba_semaphore_release('sec-sem', :'sec_token');
 SELECT (SELECT count(*) FROM regress_evil.simba_mutex) AS evil_rows,
-       (SELECT count(*) FROM pg_temp.simba_mutex) AS temp_rows;
+       (SELECT count(*) FROM pg_temp.simba_mutex) + (SELECT count(*) FROM pg_temp.simba_session_lease)
+       + (SELECT count(*) FROM pg_temp.simba_semaphore_permit) AS temp_rows;
 RESET search_path;
 RESET ROLE;
 SELECT owner_id, fence FROM simba_owner('sec-held');
@@ -105,7 +114,8 @@ SELECT simba_semaphore_acquire('sec-sem', 'app', 1);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
--- the functions that write are SECURITY DEFINER with a pinned search_path
+-- no function is SECURITY DEFINER; only those that run SQL they compose pin
+-- search_path (the others' statements run under simba_as_owner's path)
 SELECT p.proname, p.prosecdef, p.proconfig
   FROM pg_proc p
  WHERE p.proname LIKE 'simba\_%'

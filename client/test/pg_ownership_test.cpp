@@ -175,7 +175,7 @@ void install_tenure_log(pqxx::connection& c) {
         "  RETURN NULL; END $$");
     tx.exec0("CREATE TRIGGER regress_session_log AFTER INSERT OR UPDATE ON simba_session_lease FOR EACH ROW"
              " EXECUTE FUNCTION public.regress_session_log()");
-    // Runs inside simba's SECURITY DEFINER functions (search_path pg_catalog):
+    // Fired by simba's functions under their own search path (pg_catalog first):
     // every name qualified.
     tx.exec0(
         "CREATE FUNCTION public.regress_tenure_log() RETURNS trigger LANGUAGE plpgsql"
