@@ -99,7 +99,7 @@ TEST(LockerLockable, ReentrancyUpToMaxHoldCountWithOneFence) {
 TEST(LockerLockable, ScopedLockOverTwoLockersInOppositeOrdersNeverDeadlocks) {
     // Two threads share two lockers of two mutexes and take both with
     // std::scoped_lock in opposite orders (std::lock's try-and-back-off).
-    const auto run_for = std::chrono::seconds(env_int("SIMBA_SCOPED_LOCK_SECONDS", 30));
+    const auto run_for = std::chrono::seconds(env_int("SIMBA_SCOPED_LOCK_SECONDS", 10));
     auto db = admin();
     simba::pg::ContendServiceFactory factory("", test_options("lockable-scoped"));
     const auto m1 = unique_name("scoped-1");
