@@ -51,15 +51,8 @@ listen=''
 port=5432
 if [ "${SIMBA_CLUSTER_TCP:-0}" = 1 ]; then
   listen=127.0.0.1
-  # Below the ephemeral range: tests that restart the server bind the port
-  # again, and a client connection's local port from that range could hold
-  # it meanwhile ("could not bind ... Address already in use", seen in CI).
-  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
-  [ "$low" -gt 21000 ] || { echo "with-cluster: ephemeral ports start at $low, no room below" >&2; exit 1; }
-  for _ in $(seq 50); do  # a port nothing listens on (bash only: no python on a bare machine)
-    port=$((20000 + RANDOM % (low - 20000)))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-  done
+  . "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+  pick_port port
 fi
 
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C \

@@ -202,10 +202,10 @@ TEST_P(SimbaTck, GuardZeroTransition) {
 
 // ===================================================================== 4
 // multiContend: 10 services on one mutex for 30 s (SIMBA_TCK_MULTI_SECONDS),
-// short leases, random stops and starts (mostly of the owner). A shared counter is exactly 1
-// after every on_acquired and 0 after every on_released; at the end exactly
-// one owner and every service (and the server) agrees on who; fences seen
-// by successive owners strictly increase.
+// short leases, random stops and starts (mostly of the owner). A shared
+// counter is exactly 1 after every on_acquired and 0 after every
+// on_released; at the end exactly one owner and every service (and the
+// server) agrees on who; fences seen by successive owners strictly increase.
 TEST_P(SimbaTck, MultiContend) {
     const auto& b = GetParam();
     auto factory = b.make_factory(new_tag());

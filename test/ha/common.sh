@@ -25,22 +25,9 @@ ha_spawn() { # pidfile log cmd...
   disown  # ours to stop (ha_teardown), not the shell's to report
 }
 
-ha_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# ha_pick_port VAR: sets VAR to a free loopback port not picked before, below
-# the ephemeral range: a restarted manager or PostgreSQL binds its port again,
-# and a client connection's local port from that range could hold it.
-ha_picked=" "
-ha_pick_port() {
-  local p low
-  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
-  [ "$low" -gt 21000 ] || { echo "ha: ephemeral ports start at $low, no room below" >&2; return 1; }
-  for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % (low - 20000)))
-    case "$ha_picked" in *" $p "*) continue ;; esac
-    if ha_port_free "$p"; then ha_picked+="$p "; printf -v "$1" %s "$p"; return; fi
-  done
-  echo "ha: no free port" >&2; return 1
-}
+# pick_port VAR: a free loopback port below the ephemeral range (a restarted
+# manager or PostgreSQL binds its port again).
+. "$(dirname "${BASH_SOURCE[0]}")/../free-port.sh"
 
 ha_load_env() { . "$dir/env"; }
 

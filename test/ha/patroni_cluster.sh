@@ -190,8 +190,8 @@ ha_mode_text() {
 # a shared 2-core machine: see README.md.
 ha_up() {
   local n
-  ha_pick_port ETCD_PORT; ha_pick_port ETCD_PEER_PORT
-  for n in $ha_nodes; do ha_pick_port "PG_PORT_$n"; ha_pick_port "API_PORT_$n"; done
+  pick_port ETCD_PORT; pick_port ETCD_PEER_PORT
+  for n in $ha_nodes; do pick_port "PG_PORT_$n"; pick_port "API_PORT_$n"; done
   {
     echo "HA_DCS=$HA_DCS"
     echo "HA_TTL=10 HA_LOOP_WAIT=2 HA_RETRY_TIMEOUT=3"

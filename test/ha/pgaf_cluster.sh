@@ -166,8 +166,8 @@ CONF
 # for that long stops itself).
 ha_up() {
   local n
-  ha_pick_port MONITOR_PORT
-  for n in $ha_nodes; do ha_pick_port "PG_PORT_$n"; done
+  pick_port MONITOR_PORT
+  for n in $ha_nodes; do pick_port "PG_PORT_$n"; done
   {
     echo "MONITOR_PORT=$MONITOR_PORT HA_PARTITION_S=5 HA_DEMOTE_S=10 HA_UNHEALTHY_S=5"
     for n in $ha_nodes; do echo "PG_PORT_$n=$(ha_var PG_PORT "$n")"; done
