@@ -4,9 +4,15 @@
  * simba_fair_acquire takes the mutex (mutex.c's statements: same tenures,
  * fences and history) only when no other live queue entry is ahead of the
  * caller; otherwise it writes or renews the caller's entry in
- * simba_mutex_queue, keeping its place (enqueued_at). The mutex row is
- * locked FOR UPDATE first, so the fair calls on one mutex are decided one
- * after the other on what the one before committed.
+ * simba_mutex_queue, keeping its place (enqueued_at). The decision locks
+ * the mutex row FOR UPDATE, so fair calls on one mutex are decided one
+ * after the other, inside an internal subtransaction kept only when the
+ * caller holds the mutex afterwards: a call that queues keeps no lock on
+ * the mutex row, and a holder's renewal, release or fence check never
+ * waits for a waiter's transaction (docs/design.md, "Row locks"). The
+ * entry is written after that, locking only the caller's own entry;
+ * lapsed entries are dropped with SKIP LOCKED, and an entry another
+ * transaction holds locked counts only while it is live.
  *
  * No thundering herd: simba_fair_release wakes only the head of the queue,
  * with a NOTIFY on a channel of its own (wake_channel, derived from the
@@ -57,19 +63,26 @@ static SimbaPlan row_insert = {
 	1, {TEXTOID}
 };
 
-/* $2 t, $3 origin */
+/* $2 t, $3 origin; an entry another transaction holds locked is left to it (its waiter renewing it). */
 static SimbaPlan drop_lapsed = {
-	"DELETE FROM simba_mutex_queue AS q WHERE q.mutex = $1 AND " ENTRY_END("$3") " <= $2",
+	"DELETE FROM simba_mutex_queue AS d WHERE d.ctid = ANY (ARRAY("
+	" SELECT q.ctid FROM simba_mutex_queue AS q WHERE q.mutex = $1 AND " ENTRY_END("$3") " <= $2"
+	" FOR UPDATE SKIP LOCKED)) AND d.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* The queue in order; $2 contender, $3 role, $4 roleid, $5 sysid: which entry is the caller's. */
+/*
+ * The queue in order; $2 contender, $3 role, $4 roleid, $5 sysid: which
+ * entry is the caller's. Others count while live at $6 t ($7 origin): a
+ * lapsed one drop_lapsed skipped is not ahead of anyone.
+ */
 static SimbaPlan queue_select = {
-	"SELECT q.ctid, q.owner_id = $2 AND "
-	SIMBA_SAME_ROLE("q.owner_role", "q.owner_roleid", "q.owner_sysid", "$3", "$4", "$5") ","
-	"       q.owner_id, q.owner_role"
-	"  FROM simba_mutex_queue AS q WHERE q.mutex = $1 ORDER BY q.enqueued_at, q.owner_id",
-	5, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID}
+	"SELECT * FROM (SELECT q.ctid, q.owner_id = $2 AND "
+	SIMBA_SAME_ROLE("q.owner_role", "q.owner_roleid", "q.owner_sysid", "$3", "$4", "$5") " AS mine,"
+	"       q.owner_id, q.owner_role, q.enqueued_at, " ENTRY_END("$7") " > $6 AS live"
+	"  FROM simba_mutex_queue AS q WHERE q.mutex = $1) AS q"
+	" WHERE q.mine OR q.live ORDER BY q.enqueued_at, q.owner_id",
+	7, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* $1 mutex, $2 contender, $3 role, $4 roleid, $5 sysid, $6 t, $7 end, $8 origin */
@@ -139,13 +152,16 @@ typedef struct Place
 } Place;
 
 static Place
-read_place(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller)
+read_place(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller, TimestampTz t,
+		   TimestampTz origin)
 {
 	Place		p = {0};
 	uint64		i;
 
-	simba_execute(fcinfo, &queue_select, (Datum[]) {mutex, contender, caller->role, caller->roleid, caller->sysid},
-				  NULL, 0);
+	simba_execute(fcinfo, &queue_select,
+				  (Datum[]) {mutex, contender, caller->role, caller->roleid, caller->sysid, TimestampTzGetDatum(t),
+		TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
@@ -169,6 +185,46 @@ read_place(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCal
 	return p;
 }
 
+/* A fair acquire's decision, inside its subtransaction: kept only when the caller holds the mutex. */
+typedef struct FairTake
+{
+	FunctionCallInfo fcinfo;
+	SimbaCaller *caller;
+	Datum	   *args;
+	char	   *nulls;
+	Place		place;			/* out: the caller's place, read under the row lock */
+	SimbaOwner	owner;			/* out, when taken: SPI's values, valid until SPI_finish */
+} FairTake;
+
+static bool
+fair_take(void *arg)
+{
+	FairTake   *f = (FairTake *) arg;
+	FunctionCallInfo fcinfo = f->fcinfo;
+	Datum	   *args = f->args;
+	TimestampTz origin = DatumGetTimestampTz(args[8]);
+	bool		holds;
+	bool		unknown;
+
+	/* Under a session, its row first (as simba_acquire): a tenure taken lives with it. */
+	simba_mutex_join_session(fcinfo, 4, f->caller, args, f->nulls);
+	/* The mutex row, locked (made on first use): one fair decision at a time. */
+	while (simba_execute(fcinfo, &row_lock,
+						 (Datum[]) {args[0], args[2], args[8], args[1], f->caller->role, f->caller->roleid,
+		f->caller->sysid},
+						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 0)
+		simba_execute(fcinfo, &row_insert, args, NULL, 0);
+	holds = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
+	f->place = read_place(fcinfo, args[0], args[1], f->caller, DatumGetTimestampTz(args[2]), origin);
+	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
+	if (!(holds || f->place.ahead == 0) || !simba_mutex_take(fcinfo, args, f->nulls, &f->owner))
+		return false;
+	/* Its turn came: it leaves the queue. */
+	if (f->place.queued)
+		simba_execute(fcinfo, &entry_delete, (Datum[]) {args[0], PointerGetDatum(&f->place.tid)}, NULL, 0);
+	return true;
+}
+
 Datum
 simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 {
@@ -183,11 +239,8 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		values[11];
 	bool		isnull[11];
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
-	Place		place;
-	SimbaOwner	owner;
+	FairTake	f = {fcinfo, &caller, args, nulls};
 	bool		mine;
-	bool		holds;
-	bool		unknown;
 	int			position = 0;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -195,37 +248,28 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 
 	SPI_connect();
-	/* Under a session, its row first (as simba_acquire): a tenure taken lives with it. */
-	simba_mutex_join_session(fcinfo, 4, &caller, args, nulls);
-	/* The mutex row, locked (made on first use): one fair decision at a time. */
-	while (simba_execute(fcinfo, &row_lock,
-						 (Datum[]) {args[0], args[2], args[8], args[1], caller.role, caller.roleid, caller.sysid},
-						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 0)
-		simba_execute(fcinfo, &row_insert, args, NULL, 0);
-	holds = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
 	/* Entries judged at t, read before the lock: an entry may count as live a little longer, never shorter. */
 	simba_execute(fcinfo, &drop_lapsed, (Datum[]) {args[0], args[2], args[8]},
 				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
-	place = read_place(fcinfo, args[0], args[1], &caller);
-
-	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
-	mine = (holds || place.ahead == 0) && simba_mutex_take(fcinfo, args, nulls, &owner);
+	mine = simba_in_subtransaction(fair_take, &f);
 	if (!mine)
 	{
 		Datum		entry[9] = {args[0], args[1], caller.role, caller.roleid, caller.sysid, args[2], entry_end,
-		args[8], PointerGetDatum(&place.tid)};
+		args[8], PointerGetDatum(&f.place.tid)};
+		char		entry_nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' '};
 
-		simba_execute(fcinfo, place.queued ? &entry_renew : &entry_insert, entry,
-					  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' '}, 0);
-		position = place.ahead + 1;
+		/* Its entry, written or renewed in its place (dropped meanwhile as lapsed: written anew). */
+		if (!f.place.queued || simba_execute(fcinfo, &entry_renew, entry, entry_nulls, 0) == 0)
+			simba_execute(fcinfo, &entry_insert, entry, entry_nulls, 0);
+		position = f.place.ahead + 1;
 		simba_execute(fcinfo, &owner_read, args, NULL, 1);
-		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, owner.values, owner.nulls);
+		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, f.owner.values, f.owner.nulls);
 	}
 
 	/* simba_owner's columns, then the caller's place and its channel. */
 	old = MemoryContextSwitchTo(callctx);
-	memcpy(values, owner.values, sizeof(owner.values));
-	memcpy(isnull, owner.nulls, sizeof(owner.nulls));
+	memcpy(values, f.owner.values, sizeof(f.owner.values));
+	memcpy(isnull, f.owner.nulls, sizeof(f.owner.nulls));
 	values[9] = Int32GetDatum(position);
 	isnull[9] = position == 0;
 	values[10] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),
@@ -233,9 +277,6 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	isnull[10] = false;
 	result = heap_form_tuple(tupdesc, values, isnull);
 	MemoryContextSwitchTo(old);
-	/* Its turn came: it leaves the queue. */
-	if (mine && place.queued)
-		simba_execute(fcinfo, &entry_delete, (Datum[]) {args[0], PointerGetDatum(&place.tid)}, NULL, 0);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }
@@ -282,7 +323,7 @@ simba_fair_release_1_4(PG_FUNCTION_ARGS)
 				  (Datum[]) {PointerGetDatum(mutex), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
 				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
 	/* A waiter that gives up leaves the queue (its place goes to the next). */
-	place = read_place(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller);
+	place = read_place(fcinfo, PointerGetDatum(mutex), PointerGetDatum(contender), &caller, t, origin);
 	if (place.queued)
 		simba_execute(fcinfo, &entry_delete, (Datum[]) {PointerGetDatum(mutex), PointerGetDatum(&place.tid)}, NULL, 0);
 	/* Whose turn it is now is woken, and nobody else. */

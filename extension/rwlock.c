@@ -1,13 +1,19 @@
 /*
  * rwlock.c — the fenced read-write lock: many readers or one writer.
  *
- * Every grant, release and fence check of a lock goes through its row in
- * simba_rwlock: a grant or release locks it FOR UPDATE, a fence check FOR
- * SHARE, so decisions on one lock are serialized, and a fence-checked
- * transaction holds off every grant (the one that would conflict with it
- * included) until it ends. Holders are rows of simba_rwlock_holder, each
- * with its own lease on simba's clock (as a mutex tenure, see mutex.c):
- * mode 'read', 'write', or 'waiting' — a writer queued behind the holders.
+ * A grant decides under its lock's row in simba_rwlock, locked FOR UPDATE,
+ * so grants on one lock are decided one after the other. Holders are rows
+ * of simba_rwlock_holder, each with its own lease on simba's clock (as a
+ * mutex tenure, see mutex.c): mode 'read', 'write', or 'waiting' — a writer
+ * queued behind the holders.
+ *
+ * Row locks (docs/design.md, "Row locks"): a holder's renewal, release and
+ * fence check touch only the holder's own row, never the lock's row, so
+ * they never wait for another caller's transaction: a new grant left in an
+ * open transaction (which keeps the lock's row) delays only other grants.
+ * A fence check locks the holder's own row FOR SHARE until its transaction
+ * ends: a grant drops lapsed holds with SKIP LOCKED and counts a hold it
+ * could not drop as held, so no conflicting grant is made until then.
  *
  * Writer preference: while a writer waits, new readers are refused, so a
  * stream of readers cannot starve it. A waiting writer keeps its place only
@@ -51,19 +57,20 @@ static SimbaPlan lock_update = {
 	1, {TEXTOID}
 };
 
-static SimbaPlan lock_share = {
-	"SELECT write_fence FROM simba_rwlock WHERE rwlock = $1 FOR SHARE",
-	1, {TEXTOID}
-};
-
 static SimbaPlan lock_insert = {
 	"INSERT INTO simba_rwlock (rwlock) VALUES ($1) ON CONFLICT (rwlock) DO NOTHING",
 	1, {TEXTOID}
 };
 
-/* $2 t, $3 origin; a hold under a session that ended locks its row (simba.h) */
+/*
+ * $2 t, $3 origin; a hold under a session that ended locks its row
+ * (simba.h). A hold another transaction holds locked (a fence check, its
+ * holder renewing it) is left, and counted as held.
+ */
 static SimbaPlan drop_lapsed = {
-	"DELETE FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND NOT " SIMBA_HOLDER_LIVE_LOCKING("$2", "$3"),
+	"DELETE FROM simba_rwlock_holder AS d WHERE d.ctid = ANY (ARRAY("
+	" SELECT h.ctid FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND NOT " SIMBA_HOLDER_LIVE_LOCKING("$2", "$3")
+	" FOR UPDATE OF h SKIP LOCKED)) AND d.rwlock = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -80,7 +87,7 @@ static SimbaPlan drop_lapsed = {
 	" ORDER BY h.acquired_at, h.owner_id"
 #define HOLDERS_ARGS 6, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID}
 
-/* Grants and releases: the row's own end (a grant has dropped lapsed holds first, a release decides below). */
+/* Grants and releases: the row's own end (a grant has dropped the lapsed holds it could). */
 static SimbaPlan holders_select = {
 	HOLDERS_SELECT(SIMBA_HOLDER_END("$6")),
 	HOLDERS_ARGS
@@ -128,6 +135,41 @@ static SimbaPlan holder_release = {
 	"DELETE FROM simba_rwlock_holder AS h WHERE h.ctid = $2 AND h.rwlock = $1 AND "
 	SIMBA_HOLDER_LIVE_LOCKING("$3", "$4"),
 	4, {TEXTOID, TIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * A renewal outside sessions: the caller's live hold in mode $6, its times
+ * from $7 t ($8 ttl_at, $9 transition_at, $10 origin); nothing else read
+ * or locked. $1 rwlock, $2 contender, $3 role, $4 roleid, $5 sysid.
+ */
+static SimbaPlan holder_renew = {
+	"UPDATE simba_rwlock_holder AS h"
+	"   SET owner_role = $3, owner_roleid = $4, owner_sysid = $5,"
+	"       renewed_at = $7, ttl_at = $8, transition_at = $9, clock_origin = $10"
+	" WHERE h.rwlock = $1 AND h.owner_id = $2 AND "
+	SIMBA_SAME_ROLE("h.owner_role", "h.owner_roleid", "h.owner_sysid", "$3", "$4", "$5")
+	"   AND h.mode = $6 AND h.session_id IS NULL AND " SIMBA_HOLDER_END("$10") " > $7"
+	" RETURNING h.fence, h.acquired_at",
+	10, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID}
+};
+
+/* A queued writer's entry, written after its grant's rollback: new, renewed, or anew over its lapsed row. */
+static SimbaPlan waiting_upsert = {
+	"INSERT INTO simba_rwlock_holder AS h (rwlock, owner_id, owner_role, owner_roleid, owner_sysid, mode, fence,"
+	"       acquired_at, renewed_at, ttl_at, transition_at, clock_origin, session_id)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+	" ON CONFLICT (rwlock, owner_id, owner_roleid, owner_sysid) DO UPDATE"
+	"   SET owner_role = $3, mode = $6, fence = $7, acquired_at = $8, renewed_at = $9, ttl_at = $10,"
+	"       transition_at = $11, clock_origin = $12, session_id = $13",
+	HOLDER_ARGS
+};
+
+/* The caller's row locked FOR SHARE (a fence check): $1 rwlock, $2 contender, $3 role, $4 roleid, $5 sysid. */
+static SimbaPlan holder_share = {
+	"SELECT 1 FROM simba_rwlock_holder AS h WHERE h.rwlock = $1 AND h.owner_id = $2 AND "
+	SIMBA_SAME_ROLE("h.owner_role", "h.owner_roleid", "h.owner_sysid", "$3", "$4", "$5") " FOR SHARE",
+	5, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID}
 };
 
 static SimbaPlan next_write_fence = {
@@ -221,7 +263,10 @@ mode_is(const Holders *h, const char *mode)
 	return h->mine && strcmp(h->mine_mode, mode) == 0;
 }
 
-/* A grant's inputs, and what it decided (mode NULL: a reader refused, nothing changed). */
+/*
+ * A grant's inputs, and what it decided (mode NULL: a reader refused,
+ * nothing changed; "waiting": args and argnulls are the entry to write).
+ */
 typedef struct Grant
 {
 	FunctionCallInfo fcinfo;
@@ -238,9 +283,15 @@ typedef struct Grant
 	TimestampTz since;
 	TimestampTz ttl_at;
 	TimestampTz transition_at;
+	Datum		args[14];		/* the holder plans' arguments */
+	char		argnulls[15];
 } Grant;
 
-/* Under the lock's row: decides and writes the caller's hold, or refuses a reader. */
+/*
+ * Under the lock's row: decides and writes the caller's hold (true), or
+ * refuses a reader or queues a writer (false: the subtransaction is rolled
+ * back, and the caller writes a queued writer's entry after it).
+ */
 static bool
 grant(void *arg)
 {
@@ -248,8 +299,8 @@ grant(void *arg)
 	FunctionCallInfo fcinfo = g->fcinfo;
 	int64		write_fence;
 	TimestampTz origin;
-	Datum		args[14];
-	char		argnulls[15] = "              ";
+	Datum	   *args = g->args;
+	char	   *argnulls = g->argnulls;
 	TimestampTz session_ttl_at = 0;
 	TimestampTz session_end = 0;
 	bool		joined;
@@ -332,9 +383,39 @@ grant(void *arg)
 	args[10] = TimestampTzGetDatum(g->transition_at);
 	args[11] = TimestampTzGetDatum(origin);
 	argnulls[11] = SIMBA_ORIGIN_NULL(origin);
+	/* A queued writer keeps its place, not the lock's row: its entry is written after the rollback. */
+	if (strcmp(g->mode, "waiting") == 0)
+		return false;
 	args[13] = PointerGetDatum(&h.mine_tid);
 	if (simba_execute(fcinfo, h.mine ? &holder_update : &holder_insert, args, argnulls, 0) != 1)
 		elog(ERROR, "simba: rwlock holder row vanished while granting");
+	return true;
+}
+
+/*
+ * A holder's renewal outside sessions, of its live hold in the mode it
+ * asks for: its own row only, not the lock's row (true). Anything else (a
+ * new hold, a downgrade, a lapsed hold, a queued writer) takes grant().
+ */
+static bool
+renew(Grant *g, const char *want)
+{
+	FunctionCallInfo fcinfo = g->fcinfo;
+	TimestampTz origin = simba_clock_origin(fcinfo);
+	bool		isnull;
+
+	g->t = simba_now(fcinfo);
+	g->ttl_at = simba_add_usec(g->t, g->ttl);
+	g->transition_at = simba_add_usec(g->ttl_at, g->transition);
+	if (simba_execute(fcinfo, &holder_renew,
+					  (Datum[]) {PointerGetDatum(g->rwlock), PointerGetDatum(g->contender), g->caller.role,
+		g->caller.roleid, g->caller.sysid, CStringGetTextDatum(want), TimestampTzGetDatum(g->t),
+		TimestampTzGetDatum(g->ttl_at), TimestampTzGetDatum(g->transition_at), TimestampTzGetDatum(origin)},
+					  (char[]) {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1) != 1)
+		return false;
+	g->mode = g->write ? "write" : "read";
+	g->fence = value_int64(SPI_tuptable->vals[0], 1);
+	g->since = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	return true;
 }
 
@@ -363,9 +444,12 @@ simba_rwlock_acquire_1_4(PG_FUNCTION_ARGS)
 		elog(ERROR, "simba: return type must be simba_rwlock_grant");
 	tupdesc = BlessTupleDesc(tupdesc);
 
+	memset(g.argnulls, ' ', sizeof(g.argnulls) - 1);
 	SPI_connect();
-	/* A reader refused changed nothing: no lock is kept. */
-	granted = simba_in_subtransaction(grant, &g);
+	granted = (PG_ARGISNULL(5) && renew(&g, want)) || simba_in_subtransaction(grant, &g);
+	/* A reader refused changed nothing and keeps no lock; a queued writer keeps only its entry. */
+	if (!granted && g.mode != NULL)
+		granted = simba_execute(fcinfo, &waiting_upsert, g.args, g.argnulls, 0) == 1;
 	SPI_finish();
 
 	values[0] = PointerGetDatum(g.rwlock);
@@ -405,8 +489,7 @@ release(void *arg)
 	TimestampTz origin;
 	Holders		h;
 
-	if (simba_execute(fcinfo, &lock_update, (Datum[]) {PointerGetDatum(r->rwlock)}, NULL, 1) == 0)
-		return false;
+	/* Its own row only: a release never waits for another caller's grant. */
 	t = simba_now(fcinfo);
 	origin = simba_clock_origin(fcinfo);
 	h = read_holders(fcinfo, &holders_select, r->rwlock, r->contender, &r->caller, origin);
@@ -460,9 +543,14 @@ simba_rwlock_fence_check_1_4(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fence must not be negative")));
 	SPI_connect();
-	/* FOR SHARE until the transaction ends: no grant (a conflicting one included) until then. */
-	if (simba_execute(fcinfo, &lock_share, (Datum[]) {PointerGetDatum(rwlock)}, NULL, 1) == 1)
-		h = read_holders(fcinfo, &holders_check, rwlock, contender, &caller, simba_clock_origin(fcinfo));
+	/*
+	 * Its own row FOR SHARE until the transaction ends: a grant cannot drop
+	 * it, so no conflicting grant is made until then (see drop_lapsed).
+	 */
+	simba_execute(fcinfo, &holder_share,
+				  (Datum[]) {PointerGetDatum(rwlock), PointerGetDatum(contender), caller.role, caller.roleid,
+		caller.sysid}, NULL, 0);
+	h = read_holders(fcinfo, &holders_check, rwlock, contender, &caller, simba_clock_origin(fcinfo));
 	/* Read after the lock: the lease must still hold now. */
 	t = simba_now(fcinfo);
 	if (!mode_is(&h, "read") && !mode_is(&h, "write"))

@@ -2,7 +2,10 @@
  * semaphore.c — counting semaphores with leased, fenced permits (1.1).
  *
  * Grants of a key are serialized by the key row (the UPDATE that records
- * the limit locks it FOR NO KEY UPDATE). A grant reads the clock, then locks
+ * the limit locks it FOR NO KEY UPDATE). A grant keeps that lock until its
+ * transaction ends, so a later grant that finds the row held for longer
+ * than a grant takes (20 ms) grants nothing rather than wait for that
+ * transaction: never beyond one call. A grant reads the clock, then locks
  * the key's expired permit rows with SKIP LOCKED and counts with a new
  * snapshot: a permit whose row another transaction holds locked (its
  * holder refreshing or fence-checking it) counts as taken, whatever its
@@ -25,12 +28,15 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 /* Largest permits argument (documented in README). */
 #define SIMBA_MAX_PERMITS 10000
 /* Longest context string, in characters. */
 #define SIMBA_MAX_CONTEXT_CHARS 256
+/* A grant finding its key row held tries again for this long in all (1 ms steps), then grants nothing. */
+#define SIMBA_KEY_TRIES 20
 
 PG_FUNCTION_INFO_V1(simba_semaphore_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_refresh_1_4);
@@ -39,9 +45,16 @@ PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_gc_1_4);
 
 
+/* The key row, unless another transaction holds it (a grant under way, or one left in an open transaction). */
 static SimbaPlan key_lock_grant = {
-	"UPDATE simba_semaphore SET permits = $2 WHERE key = $1",
+	"UPDATE simba_semaphore AS k SET permits = $2 WHERE k.key = $1 AND k.ctid = ANY (ARRAY("
+	" SELECT s.ctid FROM simba_semaphore AS s WHERE s.key = $1 FOR NO KEY UPDATE SKIP LOCKED))",
 	2, {TEXTOID, INT4OID}
+};
+
+static SimbaPlan key_exists = {
+	"SELECT 1 FROM simba_semaphore WHERE key = $1",
+	1, {TEXTOID}
 };
 
 static SimbaPlan key_insert = {
@@ -240,13 +253,28 @@ grant_in_subtransaction(void *arg)
 	Grant	   *g = (Grant *) arg;
 	TimestampTz ttl_at;
 	TimestampTz end;
+	int			tries;
 
 	/* Under a session: its end. */
 	if (simba_session_join(g->fcinfo, 5, g->caller, &g->grant_args[10], &g->grant_nulls[10], &ttl_at, &end))
 		g->grant_args[5] = TimestampTzGetDatum(end);
-	/* Lock the key row, creating it on first use (a concurrent creator wins). */
-	while (simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0)
-		simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1);
+	/*
+	 * Lock the key row, creating it on first use. Held by another
+	 * transaction for longer than a grant takes, it is a permit granted in
+	 * a transaction still open: its permits count as taken, and the answer
+	 * comes at once, not when that transaction ends.
+	 */
+	for (tries = 0; simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0; tries++)
+	{
+		/* (An INSERT would wait for the holder's transaction to check its conflict.) */
+		if (simba_execute(g->fcinfo, &key_exists, g->lock_args, NULL, 1) == 0 &&
+			simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1) == 1)
+			break;
+		if (tries >= SIMBA_KEY_TRIES)
+			return false;
+		pg_usleep(1000L);
+		CHECK_FOR_INTERRUPTS();
+	}
 	g->result = grant(g->fcinfo, g->tupdesc, g->grant_args, g->permits, g->ttl, g->grant_nulls);
 	return g->result != (Datum) 0;
 }
