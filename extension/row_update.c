@@ -39,15 +39,18 @@
 #include "access/tableam.h"
 #include "access/sysattr.h"
 #include "access/xact.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
-#include "nodes/primnodes.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "nodes/primnodes.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 /*
  * After an update here: the index entries of a row version that it did not
@@ -148,12 +151,27 @@ forget_plain_indexes(Datum arg, Oid relid)
 		plain_relid = InvalidOid;
 }
 
+/*
+ * The index's expressions and predicate as stored, not through
+ * RelationGetIndexExpressions or RelationGetIndexPredicate: those inline
+ * SQL functions under the current search path, which here is the caller's,
+ * and keep the result in the relcache for the index's maintenance.
+ */
 static bool
-plain_predicate(List *pred)
+index_plain(Relation ind)
 {
-	return pred == NIL ||
-		(list_length(pred) == 1 && IsA(linitial(pred), NullTest) &&
-		 IsA(((NullTest *) linitial(pred))->arg, Var));
+	Node	   *pred;
+	bool		isnull;
+	Datum		raw;
+
+	if (!heap_attisnull(ind->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		ind->rd_index->indisexclusion || !ind->rd_index->indimmediate)
+		return false;
+	raw = SysCacheGetAttr(INDEXRELID, ind->rd_indextuple, Anum_pg_index_indpred, &isnull);
+	if (isnull)
+		return true;
+	pred = stringToNode(TextDatumGetCString(raw));
+	return IsA(pred, NullTest) && IsA(((NullTest *) pred)->arg, Var);
 }
 
 static bool
@@ -177,8 +195,7 @@ indexes_plain(Relation rel)
 	{
 		Relation	ind = index_open(lfirst_oid(lc), AccessShareLock);
 
-		if (RelationGetIndexExpressions(ind) != NIL || !plain_predicate(RelationGetIndexPredicate(ind)) ||
-			ind->rd_index->indisexclusion || !ind->rd_index->indimmediate)
+		if (!index_plain(ind))
 			plain = false;
 		index_close(ind, NoLock);
 	}
