@@ -260,9 +260,10 @@ free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 
 /*
  * The write of a decided row version as an UPDATE, for a simba_mutex that
- * has triggers of its own (simba_update_row): $1 the version's ctid, then
- * the columns an acquire or a release sets. A BEFORE trigger may change
- * the new row or skip it: RETURNING says what was written.
+ * carries what only an executor does, such as a DBA's triggers, CHECK
+ * constraints or expression indexes (simba_update_row): $1 the version's
+ * ctid, then the columns an acquire or a release sets. A BEFORE trigger
+ * may change the new row or skip it: RETURNING says what was written.
  */
 static SimbaPlan tid_update = {
 	"UPDATE simba_mutex AS m"

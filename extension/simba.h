@@ -87,15 +87,17 @@ extern bool simba_find_by_key(Relation rel, Relation idx, Snapshot snapshot, Reg
  * change it, without an executor. writer->change(old, values, nulls, arg)
  * decides on the row: values and nulls hold its columns, which it sets to
  * the new row's and returns true to write them. It may be called again on
- * a newer version of the row (one a concurrent transaction wrote), and the
- * last call's values are those written. The table's trigger
- * writer->own_trigger does not fire; AFTER ROW triggers besides it fire
- * after the update (as the calling function's owner, simba_as_owner);
- * with a BEFORE ROW or statement trigger on UPDATE, the row, locked, is
- * written by writer->write(tid, values, nulls, arg) instead, an UPDATE of
- * that row version through SPI (true when it wrote it), whose executor
- * fires them all. With old_row, an update done here sets *old_row and
- * *new_row to copies of the two versions.
+ * a newer version of the row (one a concurrent transaction wrote, read
+ * without a lock), and the last call's values are those written; a version
+ * it refuses is left unlocked. The table's trigger writer->own_trigger does
+ * not fire; AFTER ROW triggers besides it fire after the update (as the
+ * calling function's owner, simba_as_owner). When the table carries what
+ * only an executor does (a BEFORE ROW or statement trigger, a transition
+ * table, a CHECK constraint, a generated column, an expression or partial
+ * index; row_update.c), the row version decided on, locked, is written by
+ * writer->write(tid, values, nulls, arg) instead, an UPDATE of that version
+ * through SPI (true when it wrote it). With old_row, an update done here
+ * sets *old_row and *new_row to copies of the two versions.
  */
 typedef enum SimbaRowUpdate
 {

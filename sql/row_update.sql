@@ -71,3 +71,86 @@ DROP TRIGGER note ON simba_mutex;
 DROP TABLE seen;
 DROP FUNCTION note_change();
 DROP FUNCTION refuse_change();
+
+-- What only an executor does makes the acquire and the release write their
+-- row by an UPDATE (row_way): a DBA's CHECK constraint, added NOT VALID, is
+-- enforced on every later change as it is on a first use's INSERT, and an
+-- error leaves the row as it was.
+SELECT owner_id FROM simba_acquire('ck', 'a', '10s', '5s');
+ALTER TABLE simba_mutex ADD CONSTRAINT regress_no_z CHECK (owner_id IS DISTINCT FROM 'z') NOT VALID;
+SELECT simba_release('ck', 'a');
+\set VERBOSITY sqlstate
+SELECT owner_id FROM simba_acquire('ck', 'z', '10s', '5s');
+\set VERBOSITY default
+SELECT owner_id, version FROM simba_mutex WHERE mutex = 'ck';
+ALTER TABLE simba_mutex DROP CONSTRAINT regress_no_z;
+-- a NOT NULL column a DBA set gets no NULL: the release raises 23502, the holder keeps it
+SELECT owner_id FROM simba_acquire('nn', 'a', '10s', '5s');
+DELETE FROM simba_mutex WHERE owner_id IS NULL;
+ALTER TABLE simba_mutex ALTER owner_id SET NOT NULL;
+\set VERBOSITY sqlstate
+SELECT simba_release('nn', 'a');
+\set VERBOSITY default
+SELECT owner_id FROM simba_mutex WHERE mutex = 'nn';
+ALTER TABLE simba_mutex ALTER owner_id DROP NOT NULL;
+-- a stored generated column stays current
+ALTER TABLE simba_mutex ADD COLUMN regress_held boolean GENERATED ALWAYS AS (owner_id IS NOT NULL) STORED;
+SELECT owner_id FROM simba_acquire('gen', 'a', '10s', '5s');
+SELECT simba_release('gen', 'a');
+SELECT regress_held FROM simba_mutex WHERE mutex = 'gen';
+SELECT owner_id FROM simba_acquire('gen', 'a', '10s', '5s');
+SELECT regress_held FROM simba_mutex WHERE mutex = 'gen';
+ALTER TABLE simba_mutex DROP COLUMN regress_held;
+-- an AFTER ROW trigger with a transition table sees each change
+CREATE TABLE seen_batch (mutex text, owner_id text);
+CREATE FUNCTION note_batch() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN INSERT INTO seen_batch SELECT mutex, owner_id FROM changed; RETURN NULL; END$$;
+CREATE TRIGGER note_batch AFTER UPDATE ON simba_mutex REFERENCING NEW TABLE AS changed
+  FOR EACH ROW EXECUTE FUNCTION note_batch();
+SELECT simba_release('gen', 'a');
+SELECT owner_id FROM simba_acquire('gen', 'b', '10s', '5s');
+SELECT mutex, owner_id FROM seen_batch;
+DROP TRIGGER note_batch ON simba_mutex;
+DROP FUNCTION note_batch();
+DROP TABLE seen_batch;
+
+-- A DBA's expression index is maintained as the extension's owner under
+-- simba's path, not as the caller: a granted role whose own upper()
+-- comes first in its path does not change the entries, and a function
+-- the caller may not run does not stop its release. (PL/pgSQL: run, not
+-- inlined into the index's expression once for all.)
+CREATE FUNCTION regress_norm(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS 'BEGIN RETURN upper(t); END';
+CREATE INDEX regress_simba_mutex_norm ON simba_mutex (regress_norm(owner_id));
+CREATE ROLE regress_simba_rowupd;
+SELECT simba_grant('regress_simba_rowupd');
+CREATE SCHEMA regress_shadow;
+CREATE FUNCTION regress_shadow.upper(text) RETURNS text LANGUAGE sql IMMUTABLE AS $$SELECT 'shadowed'$$;
+GRANT USAGE ON SCHEMA regress_shadow TO regress_simba_rowupd;
+SET ROLE regress_simba_rowupd;
+SET search_path = regress_shadow, pg_catalog, public;
+SELECT owner_id FROM simba_acquire('ex', 'c', '10s', '5s');
+SELECT simba_release('ex', 'c');
+SELECT owner_id FROM simba_acquire('ex', 'c', '10s', '5s');
+RESET search_path;
+RESET ROLE;
+\set VERBOSITY sqlstate
+SELECT bt_index_check('regress_simba_mutex_norm', true) AS norm_ok;
+\set VERBOSITY default
+REVOKE EXECUTE ON FUNCTION regress_norm(text) FROM PUBLIC;
+SET ROLE regress_simba_rowupd;
+\set VERBOSITY sqlstate
+SELECT simba_release('ex', 'c') AS released;
+\set VERBOSITY default
+RESET ROLE;
+SELECT owner_id FROM simba_mutex WHERE mutex = 'ex';
+DROP INDEX regress_simba_mutex_norm;
+DROP FUNCTION regress_norm(text);
+DROP SCHEMA regress_shadow CASCADE;
+DROP OWNED BY regress_simba_rowupd;
+DROP ROLE regress_simba_rowupd;
+-- a fresh install for the tests after this one (the dropped column stays in the table)
+SET client_min_messages = warning;
+DROP EXTENSION simba;
+CREATE EXTENSION simba;
+RESET client_min_messages;
+RESET simba.drop_live_leases;
