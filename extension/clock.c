@@ -24,16 +24,37 @@
  * lease again in full from this origin never shortens it, and lengthens it
  * by at most one lease (as etcd extends leases on a leader change).
  *
+ * That holds only while every backend counts from the file's origin. The
+ * file can be removed or replaced while backends run (security review,
+ * finding 4), and a backend still on its cached origin would count a row of
+ * the new one from its own, older origin, and another's row the other way
+ * round: ended early, a second holder. So a backend checks that its origin
+ * is still the file's (check_origin) where it counts on it:
+ *
+ * - before a transaction that used it commits (simba_clock_pre_commit):
+ *   every time the transaction wrote was read before, so an origin made
+ *   after this check began after every one of them, and counting those rows
+ *   in full from it never shortens them;
+ * - when it meets a row of another origin (simba_lease_end_at): that row's
+ *   writer checked its origin before committing, so if this backend's is
+ *   still the file's now, the other one went before it.
+ *
+ * Where it is not, the backend forgets its origin and fails with 40001: the
+ * next call reads the file's. Only putting an older file back (one that
+ * was removed) can still mislead a backend.
+ *
  * A standby never writes leases and may not have an origin of its own yet:
  * there simba_now() is the wall clock and the origin is 0 (none).
  */
 #include "simba.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "common/int.h"
 #include "funcapi.h"
@@ -45,6 +66,28 @@ static TimestampTz origin_wall = 0;
 static int64 origin_boot = 0;
 static TimeLineID origin_timeline = 0;
 static Oid	origin_table = InvalidOid;
+
+/*
+ * The file it came from (in TopMemoryContext), as that file was when last
+ * read: the same inode with the same change time is the same content, as
+ * the file is never written in place. ctime to the nanosecond, so an inode
+ * reused by a new file does not pass for the old one.
+ */
+static char *origin_path = NULL;
+static struct stat origin_file;
+static bool origin_file_known = false;
+
+/* Other origins this one was found to follow (while it is in force). */
+#define OLDER_ORIGINS 8
+static TimestampTz older_origins[OLDER_ORIGINS];
+static int	n_older_origins = 0;
+
+/*
+ * Whether this transaction used the origin (simba_clock_pre_commit), and
+ * whether it used one it then dropped (its error caught in a subtransaction).
+ */
+static bool origin_in_xact = false;
+static bool origin_dropped_in_xact = false;
 
 static const char file_prefix[] = "simba_clock.";
 
@@ -75,21 +118,32 @@ boot_id(char *buf, size_t len)
 		FreeFile(f);
 }
 
+/* Whether stat `st` is the file the origin was last read from. */
 static bool
-read_origin(const char *path)
+same_file(const struct stat *st)
+{
+	return origin_file_known && st->st_dev == origin_file.st_dev && st->st_ino == origin_file.st_ino &&
+		st->st_ctim.tv_sec == origin_file.st_ctim.tv_sec && st->st_ctim.tv_nsec == origin_file.st_ctim.tv_nsec;
+}
+
+/* The origin in `path` into wall, boot and st (its stat); false if there is no file. */
+static bool
+read_origin(const char *path, TimestampTz *wall, int64 *boot, struct stat *st)
 {
 	FILE	   *f = AllocateFile(path, "r");
 	bool		ok;
 
 	if (f == NULL)
 		return false;
-	ok = fscanf(f, "simba clock 1 " INT64_FORMAT " " INT64_FORMAT, &origin_wall, &origin_boot) == 2;
+	ok = fstat(fileno(f), st) == 0 &&
+		fscanf(f, "simba clock 1 " INT64_FORMAT " " INT64_FORMAT, wall, boot) == 2;
 	FreeFile(f);
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("simba: clock origin file \"%s\" is not valid", path),
-				 errhint("Remove it: the next call starts a new origin, and live leases count again in full.")));
+				 errhint("Remove it: the next call starts a new origin, and live leases count again in full "
+						 "from it; backends on the old origin fail once (40001) and then count from the new one.")));
 	return true;
 }
 
@@ -124,7 +178,15 @@ load_origin(Oid table, TimeLineID timeline)
 	boot_id(boot, sizeof(boot));
 	name = psprintf("%s%u.%s.%u", file_prefix, table, boot, timeline);
 	path = psprintf("%s/%s", DataDir, name);
-	if (!read_origin(path))
+	origin_table = InvalidOid;	/* until loaded whole */
+	if (origin_path != NULL)
+		pfree(origin_path);
+	origin_path = MemoryContextStrdup(TopMemoryContext, path);
+	origin_file_known = false;
+	n_older_origins = 0;
+	if (read_origin(path, &origin_wall, &origin_boot, &origin_file))
+		origin_file_known = true;
+	else
 	{
 		tmp = psprintf("%s/%s.tmp.%d", DataDir, name, MyProcPid);
 		f = AllocateFile(tmp, "w");
@@ -139,16 +201,84 @@ load_origin(Oid table, TimeLineID timeline)
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("simba: could not write clock origin file \"%s\": %m", tmp)));
+		/* Linked, the file's ctime is not the one written: the first check reads it back. */
 		if (link(tmp, path) == 0)
 			remove_old_origins(boot);
-		else if (errno != EEXIST || !read_origin(path))
+		else if (errno != EEXIST || !read_origin(path, &origin_wall, &origin_boot, &origin_file))
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("simba: could not create clock origin file \"%s\": %m", path)));
+		else
+			origin_file_known = true;
 		unlink(tmp);
 	}
 	origin_timeline = timeline;
 	origin_table = table;
+}
+
+/*
+ * Whether this backend's origin is still the file's: the file unchanged
+ * since it was read, or holding the same origin. A corrupt file raises
+ * XX001 (read_origin).
+ */
+static bool
+origin_in_force(void)
+{
+	struct stat st;
+	TimestampTz wall;
+	int64		boot;
+
+	if (stat(origin_path, &st) == 0 && same_file(&st))
+		return true;
+	if (!read_origin(origin_path, &wall, &boot, &st) || wall != origin_wall || boot != origin_boot)
+		return false;
+	origin_file = st;
+	origin_file_known = true;
+	return true;
+}
+
+/* Fails with 40001 unless the origin is still the file's; forgets it if not, for the next call to reload. */
+static void
+check_origin(void)
+{
+	if (origin_in_force())
+		return;
+	origin_dropped_in_xact |= origin_in_xact;
+	origin_table = InvalidOid;
+	origin_timeline = 0;
+	n_older_origins = 0;
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("simba: the clock origin file was removed or replaced while in use"),
+			 errdetail("This backend counted leases from the origin \"%s\" held before; "
+					   "a lease taken under the new one cannot be compared with it.", origin_path),
+			 errhint("Retry: the next call counts from the new origin.")));
+}
+
+/*
+ * XACT_EVENT_PRE_COMMIT (simba.c): a transaction that wrote while using
+ * the origin commits only if the origin is still the file's. One stat().
+ */
+void
+simba_clock_pre_commit(void)
+{
+	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return;
+	if (origin_dropped_in_xact)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("simba: the clock origin file was removed or replaced while in use"),
+				 errdetail("This transaction wrote times counted from the origin the file held before."),
+				 errhint("Retry: the next call counts from the new origin.")));
+	if (origin_in_xact && OidIsValid(origin_table))
+		check_origin();
+}
+
+void
+simba_clock_end_xact(void)
+{
+	origin_in_xact = false;
+	origin_dropped_in_xact = false;
 }
 
 /*
@@ -170,6 +300,7 @@ simba_clock_origin(FunctionCallInfo fcinfo)
 		elog(ERROR, "simba: table simba_mutex is missing");
 	if (timeline != origin_timeline || table != origin_table)
 		load_origin(table, timeline);
+	origin_in_xact = true;
 	return origin_wall;
 }
 
@@ -231,6 +362,25 @@ simba_lease_end_at(TimestampTz col, TimestampTz since, bool clock_null, Timestam
 	/* The row's own clock (or a standby's): col itself. */
 	if (origin_null || (!clock_null && clock == origin))
 		return col;
+	/*
+	 * Another origin's row counts from this one only if this one came after
+	 * it (see the top). Only a backend that loaded `origin` can tell (a
+	 * parallel worker cannot: simba's own statements are never parallel).
+	 */
+	if (origin == origin_wall && OidIsValid(origin_table))
+	{
+		TimestampTz other = clock_null ? 0 : clock;
+		int			i;
+
+		for (i = 0; i < n_older_origins && older_origins[i] != other; i++)
+			;
+		if (i == n_older_origins)
+		{
+			check_origin();
+			if (n_older_origins < OLDER_ORIGINS)
+				older_origins[n_older_origins++] = other;
+		}
+	}
 	if (TIMESTAMP_NOT_FINITE(col) || TIMESTAMP_NOT_FINITE(since) ||
 		pg_sub_s64_overflow(col, since, &length) || pg_add_s64_overflow(origin, length, &end) ||
 		!IS_VALID_TIMESTAMP(end))

@@ -1,7 +1,7 @@
 /*
  * drop_guard.c — DROP EXTENSION simba (or DROP SCHEMA ... CASCADE of its
- * schema) refuses while a lease (of a mutex or a read-write lock) or a permit
- * is live.
+ * schema, or DROP OWNED BY the owner of either) refuses while a lease (of a
+ * mutex or a read-write lock) or a permit is live.
  *
  * A re-created extension starts its fence sequences again at 1, so it could
  * hand a (mutex, contender, role, fence) that a live holder of the dropped
@@ -13,10 +13,20 @@
  */
 #include "simba.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "nodes/parsenodes.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(simba_drop_guard);
 
@@ -40,12 +50,75 @@ names(List *objects, const char *name)
 	return false;
 }
 
-/* Whether the statement drops simba: the extension, or its schema with CASCADE. */
+/* The role that owns extension simba. */
+static Oid
+extension_owner(void)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			owner = InvalidOid;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ, CStringGetDatum("simba"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return owner;
+}
+
+static Oid
+schema_owner(Oid schema)
+{
+	HeapTuple	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
+	Oid			owner = InvalidOid;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		owner = ((Form_pg_namespace) GETSTRUCT(tuple))->nspowner;
+		ReleaseSysCache(tuple);
+	}
+	return owner;
+}
+
+/*
+ * DROP OWNED BY roles drops what they own: the extension if one owns it
+ * (its members go with it), its schema with CASCADE if one owns that. A
+ * member object alone cannot go (the extension requires it), so those are
+ * the ways it drops simba. Roles that do not exist are the command's to
+ * report.
+ */
+static bool
+drop_owned_drops_simba(DropOwnedStmt *drop, Oid schema)
+{
+	Oid			ext_owner = extension_owner();
+	Oid			nsp_owner = drop->behavior == DROP_CASCADE ? schema_owner(schema) : InvalidOid;
+	ListCell   *lc;
+
+	foreach(lc, drop->roles)
+	{
+		Oid			role = get_rolespec_oid(lfirst_node(RoleSpec, lc), true);
+
+		if (OidIsValid(role) && (role == ext_owner || role == nsp_owner))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether the statement drops simba: the extension, its schema with
+ * CASCADE, or DROP OWNED BY the owner of either (drop_owned_drops_simba).
+ */
 static bool
 drops_simba(Node *parsetree, Oid schema)
 {
 	DropStmt   *drop;
 
+	if (IsA(parsetree, DropOwnedStmt))
+		return drop_owned_drops_simba((DropOwnedStmt *) parsetree, schema);
 	if (!IsA(parsetree, DropStmt))
 		return false;
 	drop = (DropStmt *) parsetree;

@@ -290,9 +290,9 @@ RETURNS event_trigger
 AS 'MODULE_PATHNAME', 'simba_drop_guard'
 LANGUAGE C;
 COMMENT ON FUNCTION @extschema@.simba_drop_guard() IS
-  'simba: refuse DROP EXTENSION simba (or DROP SCHEMA CASCADE of its schema) while leases or permits are live, unless simba.drop_live_leases is on';
+  'simba: refuse DROP EXTENSION simba (or DROP SCHEMA CASCADE of its schema, or DROP OWNED BY the owner of either) while leases or permits are live, unless simba.drop_live_leases is on';
 CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start
-  WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA')
+  WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
   EXECUTE FUNCTION @extschema@.simba_drop_guard();
 COMMENT ON EVENT TRIGGER simba_drop_guard IS
   'simba: refuse to drop simba while leases or permits are live (a re-created extension starts fences at 1)';

@@ -89,12 +89,18 @@ guard_placeholder(const char *name, GucSource before)
 		simba_overridden_setting = name;
 }
 
-/* PREPARE TRANSACTION would keep simba's row locks past any lease, across restarts. */
+/*
+ * PREPARE TRANSACTION would keep simba's row locks past any lease, across
+ * restarts. A commit checks the clock's origin (clock.c).
+ */
 static void
 simba_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			simba_clock_pre_commit();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
 			if (simba_in_xact)
 				ereport(ERROR,
@@ -110,6 +116,7 @@ simba_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			simba_in_xact = false;
+			simba_clock_end_xact();
 			break;
 		default:
 			break;

@@ -164,6 +164,9 @@ extern SimbaCaller simba_enter(FunctionCallInfo fcinfo, bool writes);
  */
 extern TimestampTz simba_now(FunctionCallInfo fcinfo);
 extern TimestampTz simba_clock_origin(FunctionCallInfo fcinfo);
+/* simba's transaction callback: refuse to commit what counted from an origin no longer the file's. */
+extern void simba_clock_pre_commit(void);
+extern void simba_clock_end_xact(void);
 /* SIMBA_LEASE_END (below) in C, for a row's non-NULL col and since. */
 extern TimestampTz simba_lease_end_at(TimestampTz col, TimestampTz since, bool clock_null, TimestampTz clock,
 									  bool origin_null, TimestampTz origin);

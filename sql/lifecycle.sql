@@ -78,3 +78,47 @@ RESET ROLE;
 SELECT simba_revoke('regress_simba_life');
 DROP OWNED BY regress_simba_life;
 DROP ROLE regress_simba_life;
+
+-- DROP OWNED drops simba too: BY the extension's owner, or BY its schema's
+-- owner with CASCADE (security review, finding 6). Refused the same way while
+-- a lease is live, the lease and its fence kept; done once none is.
+SET client_min_messages = warning;
+SET simba.drop_live_leases = on;
+DROP EXTENSION simba;
+RESET simba.drop_live_leases;
+CREATE ROLE regress_simba_ext_owner SUPERUSER;
+SET ROLE regress_simba_ext_owner;
+CREATE EXTENSION simba;
+RESET ROLE;
+RESET client_min_messages;
+SELECT fence AS owned_fence FROM simba_acquire('owned', 'a', '1h', '0s') \gset
+DROP OWNED BY regress_simba_ext_owner;
+\echo :LAST_ERROR_SQLSTATE
+CREATE ROLE regress_simba_bystander;
+DROP OWNED BY regress_simba_bystander, regress_simba_ext_owner CASCADE;
+\echo :LAST_ERROR_SQLSTATE
+SELECT owner_id, fence = :owned_fence AS same_fence FROM simba_owner('owned');
+SELECT simba_force_release('owned');
+DROP OWNED BY regress_simba_ext_owner;
+SELECT count(*) AS simba_installs FROM pg_extension WHERE extname = 'simba';
+CREATE ROLE regress_simba_nsp_owner;
+CREATE SCHEMA regress_simba_nsp AUTHORIZATION regress_simba_nsp_owner;
+CREATE EXTENSION simba SCHEMA regress_simba_nsp;
+SELECT fence AS owned_fence FROM regress_simba_nsp.simba_acquire('owned', 'a', '1h', '0s') \gset
+DROP OWNED BY regress_simba_nsp_owner CASCADE;
+\echo :LAST_ERROR_SQLSTATE
+SELECT owner_id, fence = :owned_fence AS same_fence FROM regress_simba_nsp.simba_owner('owned');
+SELECT regress_simba_nsp.simba_force_release('owned');
+SET client_min_messages = warning;
+DROP OWNED BY regress_simba_nsp_owner CASCADE;
+RESET client_min_messages;
+SELECT count(*) AS simba_installs FROM pg_extension WHERE extname = 'simba';
+CREATE EXTENSION simba;
+-- a role that owns none of it drops what it owns as usual, leases live or not
+SELECT owner_id FROM simba_acquire('owned', 'a', '1h', '0s');
+CREATE TABLE regress_simba_bystanders ();
+ALTER TABLE regress_simba_bystanders OWNER TO regress_simba_bystander;
+DROP OWNED BY regress_simba_bystander;
+SELECT count(*) AS bystanders FROM pg_class WHERE relname = 'regress_simba_bystanders';
+SELECT simba_force_release('owned');
+DROP ROLE regress_simba_ext_owner, regress_simba_nsp_owner, regress_simba_bystander;

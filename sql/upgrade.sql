@@ -12,7 +12,7 @@ SELECT pg_describe_object(d.classid, d.objid, 0) AS object,
                    FROM pg_attribute a
                   WHERE d.classid = 'pg_class'::regclass AND a.attrelid = d.objid
                     AND a.attnum > 0 AND NOT a.attisdropped), '')
-       || coalesce((SELECT ' ' || string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY 1)
+       || coalesce((SELECT ' ' || string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY pg_get_indexdef(i.indexrelid))
                       FROM pg_index i WHERE d.classid = 'pg_class'::regclass AND i.indrelid = d.objid), '')
        || coalesce((SELECT ' ' || coalesce(pg_get_viewdef(c.oid), '') || ' '
                            || coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char",
