@@ -46,8 +46,9 @@ inline void fence_check(pqxx::transaction_base& tx, const std::string& mutex, co
 
 /// Runs simba_rwlock_fence_check(rwlock, contender_id, fence) in `tx` (a
 /// SharedLocker's hold: its rwlock(), contender_id(), fence()). It locks the
-/// lock's row FOR SHARE: no grant at all, to a reader or a writer, until the
-/// transaction ends.
+/// hold's own row FOR SHARE: no grant that conflicts with the hold (a writer,
+/// or a reader while it writes) until the transaction ends, even once its
+/// lease has lapsed.
 inline void rwlock_fence_check(pqxx::transaction_base& tx, const std::string& rwlock,
                                const std::string& contender_id, std::int64_t fence) {
     try {
