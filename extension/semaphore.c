@@ -3,9 +3,9 @@
  *
  * Grants of a key are serialized by the key row (the UPDATE that records
  * the limit locks it FOR NO KEY UPDATE). A grant keeps that lock until its
- * transaction ends, so a later grant that finds the row held for longer
- * than a grant takes (20 ms) grants nothing rather than wait for that
- * transaction: never beyond one call. A grant reads the clock, then locks
+ * transaction ends: a later grant waits for grants in flight, but for one
+ * left in an open transaction at most SIMBA_KEY_WAIT_MS, then fails with
+ * 55P03 rather than wait for that transaction. A grant reads the clock, then locks
  * the key's expired permit rows with SKIP LOCKED and counts with a new
  * snapshot: a permit whose row another transaction holds locked (its
  * holder refreshing or fence-checking it) counts as taken, whatever its
@@ -28,15 +28,21 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
-#include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 /* Largest permits argument (documented in README). */
 #define SIMBA_MAX_PERMITS 10000
 /* Longest context string, in characters. */
 #define SIMBA_MAX_CONTEXT_CHARS 256
-/* A grant finding its key row held tries again for this long in all (1 ms steps), then grants nothing. */
-#define SIMBA_KEY_TRIES 20
+/*
+ * How long a grant waits for the key row, in ms: grants in flight hold it
+ * for one call each (a queue of a hundred takes well under this); a grant
+ * left in an open transaction holds it until that ends, and is not waited
+ * for (55P03).
+ */
+#define SIMBA_KEY_WAIT_MS 1000
 
 PG_FUNCTION_INFO_V1(simba_semaphore_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_refresh_1_4);
@@ -45,16 +51,9 @@ PG_FUNCTION_INFO_V1(simba_semaphore_fence_check_1_4);
 PG_FUNCTION_INFO_V1(simba_semaphore_gc_1_4);
 
 
-/* The key row, unless another transaction holds it (a grant under way, or one left in an open transaction). */
 static SimbaPlan key_lock_grant = {
-	"UPDATE simba_semaphore AS k SET permits = $2 WHERE k.key = $1 AND k.ctid = ANY (ARRAY("
-	" SELECT s.ctid FROM simba_semaphore AS s WHERE s.key = $1 FOR NO KEY UPDATE SKIP LOCKED))",
+	"UPDATE simba_semaphore SET permits = $2 WHERE key = $1",
 	2, {TEXTOID, INT4OID}
-};
-
-static SimbaPlan key_exists = {
-	"SELECT 1 FROM simba_semaphore WHERE key = $1",
-	1, {TEXTOID}
 };
 
 static SimbaPlan key_insert = {
@@ -253,28 +252,23 @@ grant_in_subtransaction(void *arg)
 	Grant	   *g = (Grant *) arg;
 	TimestampTz ttl_at;
 	TimestampTz end;
-	int			tries;
+	int			nest;
 
 	/* Under a session: its end. */
 	if (simba_session_join(g->fcinfo, 5, g->caller, &g->grant_args[10], &g->grant_nulls[10], &ttl_at, &end))
 		g->grant_args[5] = TimestampTzGetDatum(end);
 	/*
-	 * Lock the key row, creating it on first use. Held by another
-	 * transaction for longer than a grant takes, it is a permit granted in
-	 * a transaction still open: its permits count as taken, and the answer
-	 * comes at once, not when that transaction ends.
+	 * Lock the key row, creating it on first use (a concurrent creator
+	 * wins), waiting at most SIMBA_KEY_WAIT_MS (or the caller's shorter
+	 * lock_timeout); the subtransaction's end restores the setting.
 	 */
-	for (tries = 0; simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0; tries++)
-	{
-		/* (An INSERT would wait for the holder's transaction to check its conflict.) */
-		if (simba_execute(g->fcinfo, &key_exists, g->lock_args, NULL, 1) == 0 &&
-			simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1) == 1)
-			break;
-		if (tries >= SIMBA_KEY_TRIES)
-			return false;
-		pg_usleep(1000L);
-		CHECK_FOR_INTERRUPTS();
-	}
+	nest = NewGUCNestLevel();
+	if (LockTimeout == 0 || LockTimeout > SIMBA_KEY_WAIT_MS)
+		(void) set_config_option("lock_timeout", CppAsString2(SIMBA_KEY_WAIT_MS), PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	while (simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0)
+		simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1);
+	AtEOXact_GUC(true, nest);
 	g->result = grant(g->fcinfo, g->tupdesc, g->grant_args, g->permits, g->ttl, g->grant_nulls);
 	return g->result != (Datum) 0;
 }
@@ -292,6 +286,7 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	Datum		lock_args[2];
 	Datum		grant_args[11];
 	char		grant_nulls[12] = "           ";
+	MemoryContext callctx = CurrentMemoryContext;
 	Grant		g;
 
 	if (PG_ARGISNULL(2))
@@ -325,7 +320,29 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	/* A subtransaction, so that a grant of nothing leaves no lock behind. */
-	simba_in_subtransaction(grant_in_subtransaction, &g);
+	PG_TRY();
+	{
+		simba_in_subtransaction(grant_in_subtransaction, &g);
+	}
+	PG_CATCH();
+	{
+		MemoryContext errctx = MemoryContextSwitchTo(callctx);
+		ErrorData  *e = CopyErrorData();
+
+		MemoryContextSwitchTo(errctx);
+		if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		/* Rolled back already (simba_in_subtransaction): say which wait it was. */
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not grant a permit of key \"%s\": another transaction holds the key",
+						text_to_cstring(key)),
+				 errdetail("A permit granted in a transaction that is still open keeps its key until that "
+						   "transaction ends; grants wait for it at most %d ms.", SIMBA_KEY_WAIT_MS),
+				 errhint("Acquire permits in autocommit, or retry.")));
+	}
+	PG_END_TRY();
 	SPI_finish();
 	if (g.result == (Datum) 0)
 		PG_RETURN_NULL();

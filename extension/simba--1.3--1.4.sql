@@ -148,7 +148,7 @@ RETURNS @extschema@.simba_permit
 AS 'MODULE_PATHNAME', 'simba_semaphore_acquire_1_4'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_semaphore_acquire(text, text, integer, interval, text, uuid) IS
-  'simba: a permit of key if fewer than permits are live, else NULL (NULL too while another transaction holds a grant of key uncommitted for over 20 ms); never waits for other acquirers beyond one call; under a session (session_id) it lives as long as the session and ttl is not used';
+  'simba: a permit of key if fewer than permits are live, else NULL; waits for grants of key in flight, and fails with 55P03 after 1 s when a grant left in an open transaction holds key; under a session (session_id) it lives as long as the session and ttl is not used';
 CREATE OR REPLACE FUNCTION @extschema@.simba_semaphore_refresh(key text, token uuid, ttl interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'simba_semaphore_refresh_1_4'
