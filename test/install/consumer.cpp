@@ -3,7 +3,10 @@
 // find_package(simba-client), each time against the files a staging
 // `make install` put there. It must build as C++20: neither simba-client.pc
 // nor the CMake package may force another standard on it. With
-// `--lock NAME` it also holds that mutex on the server in libpq's environment.
+// `--lock NAME` it also holds that mutex on the server in libpq's environment
+// and fence-checks it in a transaction: <simba/pg/fence_check.hpp> is
+// header-only on libpqxx, which the package's link line must bring.
+#include <simba/pg/fence_check.hpp>
 #include <simba/simba.hpp>
 
 #include <chrono>
@@ -48,6 +51,10 @@ int main(int argc, char** argv) {
         simba::Locker lock(factory, argv[2]);
         lock.acquire(std::chrono::seconds(10));
         std::printf("held %s, fence %lld\n", lock.mutex().c_str(), static_cast<long long>(lock.fence()));
+        pqxx::connection conn;
+        pqxx::work tx(conn);
+        simba::pg::fence_check(tx, lock.mutex(), lock.contender_id(), lock.fence());
+        tx.commit();
         return lock.fence() > 0 ? 0 : 1;
     }
     return 0;

@@ -6,7 +6,8 @@
 #   the CMake package simba-client, simba-client.pc and the simba command;
 #   a C++20 program (consumer.cpp) built with `pkg-config simba-client` and
 #   one built with find_package(simba-client), against those files only, then
-#   run (holding a mutex on the cluster when there is one: PGHOST set by
+#   run (holding a mutex on the cluster and fence-checking it in a libpqxx
+#   transaction when there is one: PGHOST set by
 #   test/with-cluster.sh); make install-client prefix=<dir> (GNU's prefix);
 #   make and make install when CLI11 and nlohmann-json cannot be found: the
 #   library without the simba command, and one line naming the packages;
@@ -126,7 +127,9 @@ fi
 
 # --- the guides' C++ snippets ------------------------------------------------
 # Every ```cpp block of README.md and client/README.md, compiled as C++17
-# (the minimum) against the staged headers. A block with a main() is a whole
+# (the minimum) against the staged headers and linked with the package's
+# pkg-config line, so that a call it makes to a library the line misses
+# fails here. A block with a main() is a whole
 # program; any other is a fragment, compiled in a block inside a function
 # that gives it what the guide takes as given (factory, contender, id, ...),
 # its "..." lines (elided code) dropped. Errors point at the guide's lines.
@@ -168,9 +171,12 @@ snippet_compiles() { # guide line
       grep -vx ' *\.\.\. *' "$src.body" || true
       echo "} }"
     fi
+    # linked, so that every call a snippet makes must resolve (not run: it would contend)
+    grep -q 'int main(' "$src.body" || echo "int main() { return 0; }"
   } >"$src"
   # shellcheck disable=SC2046
-  g++ -std=c++17 -fsyntax-only -Wno-unused-result $(pkg-config --cflags simba-client) "$src"
+  g++ -std=c++17 -Wno-unused-result $(pkg-config --cflags simba-client) -o "$src.out" "$src" \
+    $(pkg-config --libs simba-client)
 }
 for guide in README.md client/README.md; do
   # one file per block: <guide>-<line of its opening fence>.cpp.body
@@ -179,7 +185,7 @@ for guide in README.md client/README.md; do
     /^ *``` *$/ && body != "" { close(body); body = ""; next }
     body != "" { print >>body }' "$guide"
   for line in $(awk '/^ *```(cpp|c\+\+) *$/ { print NR }' "$guide"); do
-    check "$guide:$line: the C++ snippet compiles" snippet_compiles "$guide" "$line"
+    check "$guide:$line: the C++ snippet compiles and links" snippet_compiles "$guide" "$line"
   done
 done
 
