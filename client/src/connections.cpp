@@ -80,6 +80,10 @@ bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::s
             connect_error_permanent_ = permanent_sqlstate(state);
         }
         state_cv_.notify_all();
+        if (!listen) {  // shutdown's one try
+            log(LogLevel::error, "connect at shutdown failed: " + trimmed_message(e.what()));
+            return false;
+        }
         const auto wait = next_backoff();
         log(LogLevel::error,
             "connect failed: " + trimmed_message(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
@@ -100,7 +104,7 @@ bool Connections::statement_failed(const std::exception& e, const std::string& w
 
 bool Connections::probe() {
     if (!up_ || !stmt_) return up_;
-    std::string why = "the server closed it";
+    std::string why = "end of stream";
     try {
         // A goodbye (FATAL 57P01) is read first, the end of the stream next.
         for (int reads = 0; reads < 3 && stmt_->is_open(); ++reads) {
@@ -112,7 +116,7 @@ bool Connections::probe() {
     } catch (const std::exception& e) {
         why = trimmed_message(e.what());
     }
-    log(LogLevel::error, "statement connection lost while idle: " + why);
+    log(LogLevel::error, "statement connection lost while idle (the server closed it): " + why);
     lost();
     return false;
 }

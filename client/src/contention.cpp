@@ -142,8 +142,8 @@ void Contention::pay_owed_at_exit() {
     pay_owed(SteadyClock::now());
     for (auto& o : owed_)
         log(LogLevel::error, o.what + ": not sent before the factory shut down (" +
-                                 (conn_.up() ? "it failed" : "no connection") +
-                                 "); its session's close releases it, or it lapses with the session");
+                                 (conn_.up() ? "it failed; its session's close releases it)"
+                                             : "no connection; it lapses with its session on the server)"));
     owed_.clear();
 }
 

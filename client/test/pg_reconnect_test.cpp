@@ -220,3 +220,39 @@ TEST(Reconnect, AnIdleStatementConnectionTheServerClosedIsFoundAtOnce) {
     EXPECT_LT(ms(SteadyClock::now() - t1), 1000);
     EXPECT_EQ(owner_of(*db, m), "") << "released by unlock() itself, on the new connection";
 }
+
+// The server cannot be reached when the factory is destroyed with a
+// release owed and its session open: the destructor tries once, gives up
+// within FactoryOptions::shutdown_timeout and says what it left undone
+// (the session's lease then runs out on the server).
+TEST(Reconnect, ShutdownGivesUpWithinItsLimitAndSaysWhatItCouldNotSend) {
+    auto db = admin();
+    ScratchDatabase scratch(*db, "unreachable");
+    auto opts = test_options("unreachable");
+    opts.reconnect_initial = 10s;  // only the destructor's own reconnect
+    opts.reconnect_max = 10s;
+    opts.shutdown_timeout = 1000ms;
+    auto factory = std::make_unique<simba::pg::ContendServiceFactory>(scratch.conninfo(), opts);
+    const auto m = unique_name("unreachable");
+    auto locker = std::make_unique<simba::Locker>(*factory, m, "A");
+    locker->lock();
+    ASSERT_TRUE(factory->wait_connected(10s));
+    LogCapture logs;
+    ASSERT_EQ(scratch.cut_off(opts.application_name), 2);  // and no new connections
+    locker->unlock();
+    locker.reset();
+    const auto t0 = SteadyClock::now();
+    factory.reset();
+    const auto took = SteadyClock::now() - t0;
+    std::printf("shutdown gave up after %lld ms\n", ms(took));
+    EXPECT_LT(ms(took), ms(opts.shutdown_timeout + 1000ms));
+    EXPECT_GE(logs.count_containing("not sent before the factory shut down"), 1);
+    EXPECT_GE(logs.count_containing("not closed at shutdown"), 1);
+    scratch.refuse_connections(false);
+}
+
+TEST(Reconnect, ANegativeShutdownTimeoutIsRefused) {
+    auto opts = test_options("negative");
+    opts.shutdown_timeout = -1ms;
+    EXPECT_THROW(simba::pg::ContendServiceFactory("", opts), simba::InvalidArgumentError);
+}
