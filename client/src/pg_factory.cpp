@@ -382,12 +382,14 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// releases a lost connection left owed and the sessions' closes go out
     /// over one reconnect if need be, rather than lapse with their leases
     /// (a process that exits right after unlock() hands the lock over now).
-    /// The statements are cut at that limit too (statement_allowance()).
+    /// The statements after such a reconnect are cut at that limit too
+    /// (statement_allowance()); on a connection that stayed up they have
+    /// their usual deadlines.
     void deliver_before_exit(std::unique_lock<std::mutex>& lock) {
         if (!contention.unfinished()) return;
-        shutdown_by.store(SteadyClock::now() + options.shutdown_timeout);
         connections.probe();
         if (!connections.up() && options.shutdown_timeout.count() > 0) {
+            shutdown_by.store(SteadyClock::now() + options.shutdown_timeout);
             log(LogLevel::info, "shutting down with releases or sessions to send: reconnecting once");
             connections.connect_for_shutdown(lock);
         }
@@ -396,7 +398,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     /// How long a statement sent now may take (the watchdog's allowance):
     /// statement_timeout and a half, cut to what is left of the shutdown's
-    /// limit once the factory is being destroyed.
+    /// limit after shutdown's reconnect.
     SteadyClock::duration statement_allowance() const {
         auto d = connections.statement_deadline();
         const auto by = shutdown_by.load();
