@@ -175,8 +175,9 @@ snippet_compiles() { # guide line
     grep -q 'int main(' "$src.body" || echo "int main() { return 0; }"
   } >"$src"
   # shellcheck disable=SC2046
+  # (cpp-httplib: given.hpp's, for the guide's metrics endpoint)
   g++ -std=c++17 -Wno-unused-result $(pkg-config --cflags simba-client) -o "$src.out" "$src" \
-    $(pkg-config --libs simba-client)
+    $(pkg-config --libs simba-client cpp-httplib)
 }
 for guide in README.md client/README.md; do
   # one file per block: <guide>-<line of its opening fence>.cpp.body
