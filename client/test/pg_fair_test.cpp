@@ -70,11 +70,15 @@ TEST_P(FairModes, WaitersGetTheMutexInArrivalOrderAndOnlyTheNextIsWoken) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4})) << "arrival order";
     EXPECT_LT(took, 3000ms) << "five handoffs by wake-ups: " << duration_cast<milliseconds>(took).count() << " ms";
-    // Each waiter was woken once, when its turn came, and asked once (or
-    // twice, if its LISTEN came after its first answer): no herd.
+    // Each waiter was woken once, when its turn came, and asked once, plus
+    // once for each of its wake channel's LISTEN and its simba_wait
+    // registration that took effect after its first answer (each brings
+    // one attempt): at most 3. A herd would wake waiter i at each of the
+    // i + 1 releases before its turn: 4 and 5 for the last two. (At most 2
+    // failed within 8 repeated runs on 844816d, client and extension alike.)
     for (int i = 0; i < kWaiters; ++i) {
         const auto more = attempts_of(factory, m, "w" + std::to_string(i)) - before[i];
-        EXPECT_LE(more, 2u) << "waiter " << i << " made " << more << " attempts after the first release";
+        EXPECT_LE(more, 3u) << "waiter " << i << " made " << more << " attempts after the first release";
     }
     EXPECT_EQ(queued(*db, m), 0);
     EXPECT_EQ(owner_of(*db, m), "");
