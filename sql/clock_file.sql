@@ -26,7 +26,7 @@ SELECT origin AS second FROM simba_clock() \gset
 
 -- Replaced by a newer origin (what another backend writes after a removal).
 SELECT pg_temp.clock_file('for f in FILE; do
-  echo "simba clock 1 $(( $(date +%s%6N) - 946684800000000 )) $(awk ''{printf "%d", $1 * 1000000}'' /proc/uptime)" >$f.new &&
+  echo "simba clock 1 $(( $(date +%s%6N) - 946684800000000 )) $(awk ''{printf "%.0f", $1 * 1000000}'' /proc/uptime)" >$f.new &&
   mv $f.new $f; done');
 SELECT owner_id FROM simba_acquire('clock_file_3', 'a', '1h', '1s');
 SELECT origin > :'second' AS newer_origin FROM simba_clock();
