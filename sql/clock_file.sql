@@ -3,11 +3,12 @@
 -- counted from the old origin does not commit (40001), the next call counts
 -- from the file's origin, and a lease taken under the old one counts again
 -- in full from it. Reads that meet only this origin's rows go on.
--- COPY TO PROGRAM runs in the data directory, as the superuser.
+-- COPY TO PROGRAM runs in the data directory, as the superuser; cat drains
+-- the row COPY writes (the command alone may exit first: a broken pipe).
 CREATE FUNCTION pg_temp.clock_file(cmd text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   EXECUTE format('COPY (SELECT 1) TO PROGRAM %L',
-                 replace(cmd, 'FILE', format('simba_clock.%s.*', 'simba_mutex'::regclass::oid)));
+                 replace(cmd, 'FILE', format('simba_clock.%s.*', 'simba_mutex'::regclass::oid)) || '; cat >/dev/null');
 END $$;
 \set VERBOSITY sqlstate
 
