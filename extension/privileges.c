@@ -12,8 +12,10 @@
  */
 #include "simba.h"
 
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "storage/lmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/array.h"
@@ -112,6 +114,14 @@ set_privileges(FunctionCallInfo fcinfo, bool allow)
 	if (allow)
 		appendStringInfo(&sql, " GRANT USAGE ON SCHEMA %s TO %s;", schema, grantee);
 
+	/*
+	 * Every grant updates the same pg_proc and pg_class rows: a second one
+	 * running beside an uncommitted first fails with "tuple concurrently
+	 * updated". One at a time per database: the later waits for the earlier
+	 * transaction's end, then sees its ACLs.
+	 */
+	LockDatabaseObject(ExtensionRelationId, get_extension_oid("simba", false), 0,
+					   ShareUpdateExclusiveLock);
 	SPI_connect();
 	if (SPI_execute(sql.data, false, 0) < 0)
 		elog(ERROR, "simba: could not run \"%s\"", sql.data);
