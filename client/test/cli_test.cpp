@@ -673,7 +673,7 @@ TEST(CliOneShot, AcquireOwnerReleaseAndForce) {
     {
         auto c = admin();
         pqxx::nontransaction tx(*c);
-        tx.exec0("DO $$ BEGIN CREATE ROLE regress_simba_cli_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+        tx.exec0("DO $$ BEGIN CREATE ROLE regress_simba_cli_app LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$");
         tx.exec("SELECT simba_grant('regress_simba_cli_app')");
     }
     auto denied = run({"release", "--force", "-m", mutex, "--dsn", "user=regress_simba_cli_app"});

@@ -135,9 +135,12 @@ TEST(Batching, BatchMaxOneSendsOneStatementPerAttempt) {
 
 TEST(Batching, OneFailingAttemptDoesNotFailTheOthers) {
     LogCapture logs;
-    auto db = admin();
+    // A database of its own: its trigger must not reach other tests run beside it (ctest -j).
+    auto root = admin();
+    ScratchDatabase scratch(*root, "partial");
+    auto db = admin(scratch.conninfo());
     const auto prefix = unique_name("partial");
-    simba::pg::ContendServiceFactory factory("", per_lock_options("partial"));
+    simba::pg::ContendServiceFactory factory(scratch.conninfo(), per_lock_options("partial"));
     // A trigger makes every simba_acquire of one mutex fail (22023).
     const auto refused = prefix + "-refused";
     struct Trigger {

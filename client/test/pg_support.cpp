@@ -92,13 +92,13 @@ bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std
     return !r[0].is_null() && r[0].as<bool>();
 }
 
-std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root) {
+std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root, const std::string& conninfo) {
     {
         pqxx::nontransaction tx(root);
         tx.exec0("DO $$ BEGIN CREATE ROLE regress_simba_stranger LOGIN; "
                  "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$");
     }
-    return std::make_unique<pqxx::connection>("user=regress_simba_stranger");
+    return std::make_unique<pqxx::connection>("user=regress_simba_stranger " + conninfo);
 }
 
 Outcome error_of(const std::function<void()>& call) {

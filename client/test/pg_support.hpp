@@ -68,8 +68,9 @@ std::string unique_name(const std::string& prefix);
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
 /// A connection as a role with no simba grant at all (created if need be):
-/// what anyone who may connect to the database can do.
-std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root);
+/// what anyone who may connect to the database can do. conninfo names
+/// another database (ScratchDatabase::conninfo()).
+std::unique_ptr<pqxx::connection> ungranted(pqxx::connection& root, const std::string& conninfo = "");
 
 /// What a call threw (a runtime_error "no error" if nothing) and how long it took.
 using Outcome = std::pair<std::exception_ptr, SteadyClock::duration>;
