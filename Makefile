@@ -2,6 +2,7 @@
 #   make / make install   build and install the extension, the C++ client library (headers,
 #                         CMake package, pkg-config file) and the simba CLI (install needs root)
 #   make demo             a walkthrough on a throwaway cluster (make psql: try it by hand)
+#   make check            the inner loop: regress, isolation and the client's unit tests (about 2 minutes)
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make bench-scale      benchmark 7: locks ramped to a million, sessions and per-lock, against etcd (about 20 minutes)
@@ -12,9 +13,16 @@
 #   make deb              the Debian packages (debian/), into build/deb/
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
+# PGXS has a check rule of its own (it says "not supported"): make check
+# alone leaves PGXS out, and test/check.sh runs make for what it needs.
+ifeq ($(MAKECMDGOALS),check)
+PGXS :=
+endif
 
 .DEFAULT_GOAL := all
-.PHONY: test deps demo psql bench bench-scale chaos valgrind tsan deb ha
+.PHONY: check test deps demo psql bench bench-scale chaos valgrind tsan deb ha
+check:
+	@test/check.sh
 test:
 	@test/run-tests.sh
 demo:

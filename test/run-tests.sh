@@ -49,10 +49,9 @@ run_pg_suite() { # name command...
 }
 # the release version agrees across the control file, NEWS.md and debian/changelog
 run_pg_suite version test/check-version.sh
-# A variable set on make's command line wins: one suite per call, so a failing
-# pg_regress run does not hide the isolation results.
-run_pg_suite regress make -s installcheck ISOLATION=
-run_pg_suite isolation make -s installcheck REGRESS=
+# pg_regress (sql/) and isolation (test/specs/), several runs at once, each
+# in a database of its own (test/pg-suites.sh; make check runs them too)
+run_pg_suite regress+isolation test/pg-suites.sh
 # pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
 run_pg_suite restore test/restore/roundtrip.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
@@ -63,9 +62,6 @@ run_pg_suite clock test/clock/step.sh
 # find_package(simba-client) against those files, each holding a mutex here,
 # the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s)
 run_pg_suite install test/install/run.sh
-for diffs in regression.diffs output_iso/regression.diffs; do
-  if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
-done
 # the regress and isolation suites again, every backend of a second throwaway
 # cluster under valgrind memcheck (make valgrind; here without the upgrade
 # test, about 3 minutes)
@@ -84,9 +80,11 @@ run_ctest_suite() { # name command...
   rm -f "$log"
 }
 # C++: client (unit, integration, examples), TCK, SQL fuzzer, chaos, HA on
-# three-node Patroni and pg_auto_failover clusters (test/ha: about 8 minutes)
+# three-node Patroni and pg_auto_failover clusters (test/ha: about 6 minutes,
+# one at a time). Three at once: most wait on leases, and each test keeps to
+# its own database, names, roles or cluster; the longest (COST) start first.
 if [ -d build ]; then
-  run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300
+  run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j3
   # the client's unit and PostgreSQL tests again, built with ThreadSanitizer
   # on a cluster of their own (make tsan, about 4 minutes with the build)
   run_ctest_suite tsan test/tsan/run.sh

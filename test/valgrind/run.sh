@@ -23,19 +23,10 @@ failed=()
 # SIMBA_VALGRIND_SKIP: regress tests left out (make test leaves out upgrade:
 # 2 minutes under valgrind installing every version's scripts, whose C entry
 # points the other tests call too).
-regress=$(make -s print-regress)
-for t in ${SIMBA_VALGRIND_SKIP:-}; do regress=$(tr ' ' '\n' <<<"$regress" | grep -vx "$t" | tr '\n' ' '); done
-# Both suites at once, each in its own database: under valgrind the regress
-# suite keeps a core busy while the isolation suite mostly waits on its
-# sessions' locks and sleeps. The regress output is shown after.
-make -s installcheck ISOLATION= REGRESS="$regress" >"$logs/regress.out" 2>&1 &
-regress_pid=$!
-make -s installcheck REGRESS= || failed+=(isolation)
-wait "$regress_pid" || failed+=(regress)
-cat "$logs/regress.out"
-for diffs in regression.diffs output_iso/regression.diffs; do
-  if [ -s "$diffs" ]; then echo "=== $diffs"; cat "$diffs"; fi
-done
+# Several runs at once, each in its own database (test/pg-suites.sh): under
+# valgrind the regress suite keeps a core busy while the specs mostly wait on
+# their sessions' locks and sleeps.
+test/pg-suites.sh --skip "${SIMBA_VALGRIND_SKIP:-}" || failed+=(regress+isolation)
 # With --quiet, valgrind writes a process's log only when it finds something.
 reports=$(find "$logs" -name 'valgrind.*.log' -size +0 | sort)
 if [ -n "$reports" ]; then
