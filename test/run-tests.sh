@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 if [ "${1:-}" != --suites ]; then
-  test/install-deps.sh
+  # and Debian's packaging tools, for the package suite (test/package/smoke.sh)
+  test/install-deps.sh dpkg-dev debhelper postgresql-server-dev-all help2man lintian
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
@@ -79,20 +80,39 @@ run_ctest_suite() { # name command...
   tally "$name" $((total - nbad)) "$nbad" "$log"
   rm -f "$log"
 }
+# While ctest runs, niced into the CPU its tests leave idle, the two builds
+# the last suites need: the client under ThreadSanitizer and the Debian
+# packages.
+bg_log=$(mktemp -d)
+nice -n 19 test/tsan/run.sh --build >"$bg_log/tsan" 2>&1 & tsan_build=$!
+nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
+# Waits for a background build; on failure prints its log's end and counts
+# the suite that needed it as failed.
+built() { # name pid
+  suite_start=$SECONDS
+  wait "$2" && return 0
+  echo "$1: its build failed:"; tail -40 "$bg_log/$1"
+  tally "$1" 0 1 "$bg_log/$1"
+  return 1
+}
 # C++: client (unit, integration, examples), TCK, SQL fuzzer, chaos, HA on
-# three-node Patroni and pg_auto_failover clusters (test/ha: about 6 minutes,
-# one at a time). Three at once: most wait on leases, and each test keeps to
-# its own database, names, roles or cluster; the longest (COST) start first.
+# three-node Patroni and pg_auto_failover clusters (test/ha: about 6 minutes).
+# Three at once: most wait on leases, and each test keeps to its own
+# database, names, roles or cluster; the fault suites take turns and, the
+# longest, start first (COST, RESOURCE_LOCK).
 if [ -d build ]; then
   run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j3
-  # the client's unit and PostgreSQL tests again, built with ThreadSanitizer
-  # on a cluster of their own (make tsan, about 4 minutes with the build)
-  run_ctest_suite tsan test/tsan/run.sh
 fi
+# the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
+# a cluster of their own (make tsan)
+if built tsan "$tsan_build"; then run_ctest_suite tsan test/tsan/run.sh; fi
 # Last, as it installs the packages over `make install`'s extension files:
-# make deb, lintian, then the installed packages' smoke test on a throwaway
-# cluster of its own (about 2 minutes)
-run_pg_suite package test/package/smoke.sh
+# lintian, then the installed packages' smoke test on a throwaway cluster of
+# its own
+if built deb "$deb_build"; then
+  run_pg_suite package env SIMBA_SMOKE_NO_BUILD=1 test/package/smoke.sh
+fi
+rm -rf "$bg_log"
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then

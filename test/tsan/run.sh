@@ -8,16 +8,26 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/tsan
 
-if [ "${1:-}" != --suites ]; then
-  test/install-deps.sh
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  make -s -j2 SIMBA_CLI=no SIMBA_WERROR=yes
-  $sudo make -s install SIMBA_CLI=no >/dev/null
+# The client and its tests built with ThreadSanitizer. --build does only this
+# (make test runs it in the background beside ctest): it leaves the installed
+# extension alone, which running tests load.
+build_client() {
   cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
   cmake --build "$build" -j2 --target simba_unit_tests simba_pg_tests simba_fault_tests
+}
+if [ "${1:-}" = --build ]; then
+  build_client
+  exit
+fi
+if [ "${1:-}" != --suites ]; then
+  test/install-deps.sh
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  make -s -j2 SIMBA_CLI=no SIMBA_WERROR=yes
+  $sudo make -s install SIMBA_CLI=no >/dev/null
+  build_client
   exec test/with-cluster.sh "$0" --suites
 fi
 
