@@ -130,6 +130,8 @@ _PG_init(void)
 	GucSource	max_lease_before = placeholder_reset_source("simba.max_lease");
 	GucSource	drop_before = placeholder_reset_source("simba.drop_live_leases");
 	GucSource	notify_before = placeholder_reset_source("simba.notify");
+	GucSource	gc_idle_before = placeholder_reset_source("simba.gc_idle_age");
+	GucSource	gc_interval_before = placeholder_reset_source("simba.gc_interval");
 	static const struct config_enum_entry notify_options[] = {
 		{"always", SIMBA_NOTIFY_ALWAYS, false},
 		{"registered", SIMBA_NOTIFY_REGISTERED, false},
@@ -171,11 +173,32 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_idle_age",
+							"How long a mutex must have been free before simba removes its row on its own; -1: never.",
+							"A row is free from its release or the end of its lease (or its session's). Collected "
+							"by a short-lived background worker that simba's calls start every simba.gc_interval "
+							"(gc.c); fences never go back.",
+							&simba_gc_idle_age,
+							3600, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_interval",
+							"How often a connection that calls simba starts the idle-row collector.",
+							"Each connection that has called simba's lock functions for this long starts it at "
+							"most once per interval; concurrent collectors of a database do not overlap.",
+							&simba_gc_interval,
+							600, 1, INT_MAX / 2,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
 	guard_placeholder("simba.history", history_before);
 	guard_placeholder("simba.max_lease", max_lease_before);
 	guard_placeholder("simba.drop_live_leases", drop_before);
 	guard_placeholder("simba.notify", notify_before);
+	guard_placeholder("simba.gc_idle_age", gc_idle_before);
+	guard_placeholder("simba.gc_interval", gc_interval_before);
 	RegisterXactCallback(simba_xact_callback, NULL);
 }
 
@@ -212,6 +235,7 @@ simba_enter(FunctionCallInfo fcinfo, bool writes)
 			PreventCommandIfReadOnly(fn);
 		}
 		simba_in_xact = true;
+		simba_gc_maybe_start(fcinfo);
 	}
 	namestrcpy(name, GetUserNameFromId(role, false));
 	caller.role = NameGetDatum(name);

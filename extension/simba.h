@@ -309,6 +309,16 @@ extern bool simba_history;
 extern int	simba_max_lease;
 extern bool simba_drop_live_leases;
 
+/*
+ * Housekeeping (gc.c): simba.gc_idle_age (seconds; -1 off) and
+ * simba.gc_interval (seconds). simba_gc_maybe_start, called by every
+ * writing call, starts the idle-row collector's background worker once per
+ * interval per connection.
+ */
+extern int	simba_gc_idle_age;
+extern int	simba_gc_interval;
+extern void simba_gc_maybe_start(FunctionCallInfo fcinfo);
+
 /* simba.notify (wake.c): which releases send their NOTIFY simba. */
 typedef enum SimbaNotify
 {
