@@ -83,13 +83,28 @@ StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f) {
     StatusSnapshot s;
     pqxx::nontransaction tx(c);
     const std::string every = "($3 OR $1::text IS NOT NULL OR ";
-    s.mutexes = tx.exec_params(
-        std::string("SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
-                    " to_json(acquired_at) #>> '{}', to_json(ttl_at) #>> '{}', to_json(transition_at) #>> '{}',"
-                    " waiting, to_json(idle_since) #>> '{}'"
-                    " FROM simba_mutex_status WHERE ") +
-            kMutexNamed + " AND " + every + kMutexShown + ") ORDER BY mutex",
+    // One scan of the view for the rows shown and the count of the rest: the
+    // first row is a shown one if any (else one hidden row, dropped here).
+    auto rows = tx.exec_params(
+        std::string("SELECT mutex, owner_id, state, time_left, fence, version, acquired_at, ttl_at, transition_at,"
+                    " waiting, idle_since, shown, hidden FROM ("
+                    "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8 AS time_left, fence, version,"
+                    " to_json(acquired_at) #>> '{}' AS acquired_at, to_json(ttl_at) #>> '{}' AS ttl_at,"
+                    " to_json(transition_at) #>> '{}' AS transition_at, waiting,"
+                    " to_json(idle_since) #>> '{}' AS idle_since, shown,"
+                    " count(*) FILTER (WHERE NOT shown) OVER () AS hidden,"
+                    " row_number() OVER (ORDER BY shown DESC) AS n"
+                    " FROM (SELECT *, " + every + kMutexShown + ") AS shown FROM simba_mutex_status WHERE ") +
+            kMutexNamed + ") AS v) AS w WHERE shown OR n = 1 ORDER BY mutex",
         SIMBA_CLI_FILTER_ARGS);
+    for (auto r : rows) {
+        s.hidden_mutexes = r[12].as<long long>(0);
+        break;
+    }
+    // Keep only the shown rows (a result is immutable: read them again without the odd one).
+    bool any_hidden_row = false;
+    for (auto r : rows) any_hidden_row |= !r[11].as<bool>();
+    s.mutexes = any_hidden_row ? pqxx::result() : rows;
     s.rwlocks = tx.exec_params(
         std::string("SELECT rwlock, mode, array_to_string(holders, ', '), waiting_writers, write_fence,"
                     " coalesce(to_json(holders), '[]')::text"
@@ -110,14 +125,12 @@ StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f) {
         SIMBA_CLI_FILTER_ARGS);
     if (!f.all && !f.exact) {
         auto h = tx.exec_params1(
-            std::string("SELECT (SELECT count(*) FROM simba_mutex_status WHERE ") + kMutexNamed + " AND NOT " +
-                kMutexShown + "), (SELECT count(*) FROM simba_rwlock_status WHERE " + kRwlockNamed + " AND NOT " +
+            std::string("SELECT (SELECT count(*) FROM simba_rwlock_status WHERE ") + kRwlockNamed + " AND NOT " +
                 kRwlockShown + "), (SELECT count(*) FROM simba_session_status WHERE " + kSessionNamed + " AND NOT " +
-                kSessionShown + " AND NOT $3)",
+                kSessionShown + " AND NOT $3) WHERE $4::interval IS NOT NULL",
             SIMBA_CLI_FILTER_ARGS);
-        s.hidden_mutexes = h[0].as<long long>(0);
-        s.hidden_rwlocks = h[1].as<long long>(0);
-        s.hidden_sessions = h[2].as<long long>(0);
+        s.hidden_rwlocks = h[0].as<long long>(0);
+        s.hidden_sessions = h[1].as<long long>(0);
     }
     return s;
 }

@@ -821,6 +821,10 @@ TEST(CliStatus, ShowsWhatIsLiveNotEveryIdleRow) {
     ASSERT_EQ(jobs.rc, 0) << jobs.err;
     EXPECT_TRUE(has(jobs.out, "job-held") && has(jobs.out, "job-done")) << jobs.out;
     EXPECT_FALSE(has(jobs.out, "fair-m") || has(jobs.out, "rw-read") || has(jobs.out, session)) << jobs.out;
+    auto only_idle = run({"status", "--pattern", "idle-*", "--dsn", dsn});  // nothing to show, all counted
+    ASSERT_EQ(only_idle.rc, 0) << only_idle.err;
+    EXPECT_FALSE(has(only_idle.out, "idle-")) << only_idle.out;
+    EXPECT_TRUE(has(only_idle.out, "(not shown: 500 idle mutexes; --all shows them)")) << only_idle.out;
     auto tens = run({"status", "--all", "--pattern", "idle-1?", "--dsn", dsn});
     ASSERT_EQ(tens.rc, 0) << tens.err;
     std::size_t idle_rows = 0;
