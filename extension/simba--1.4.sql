@@ -667,6 +667,18 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_mutex_gc(interval, bigint) IS
   'simba: admin only — remove the rows of mutexes free for idle_for or longer (released, or their lease or session ended), no live fair queue entry naming them and no transaction holding them locked, at most max_rows (NULL: all); fences stay above every fence issued; returns how many';
 
+-- When the idle-row collector (gc.c) last claimed a collection of this
+-- database: one row, written by the collector alone, so a database is
+-- collected at most once per simba.gc_interval however many connections
+-- start it. Owner only, and not dumped (no pg_extension_config_dump): a
+-- restored database is collected at its next interval.
+CREATE TABLE @extschema@.simba_gc_state (
+    id        boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    last_run  timestamptz NOT NULL
+);
+COMMENT ON TABLE @extschema@.simba_gc_state IS
+  'simba: when the idle-row collector (simba.gc_idle_age) last ran in this database; one row, written by the collector alone, which runs at most once per simba.gc_interval';
+
 -- DROP EXTENSION refuses while leases or permits are live (drop_guard.c).
 CREATE FUNCTION @extschema@.simba_drop_guard()
 RETURNS event_trigger

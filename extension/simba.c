@@ -202,61 +202,6 @@ _PG_init(void)
 	RegisterXactCallback(simba_xact_callback, NULL);
 }
 
-SimbaCaller
-simba_enter(FunctionCallInfo fcinfo, bool writes)
-{
-	SimbaCaller caller;
-	Oid			role = GetUserId();
-	Name		name = (Name) palloc(NAMEDATALEN);
-
-	if (InSecurityRestrictedOperation())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("cannot call %s() inside a security-restricted operation",
-						get_func_name(fcinfo->flinfo->fn_oid)),
-				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
-						   "and index expressions run other roles' code: a lease taken there would not "
-						   "be the caller's.")));
-	if (simba_overridden_setting != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
-				 errdetail("The connection's startup options replaced the value the database administrator set, "
-						   "so simba cannot know it and refuses to run."),
-				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
-						 "shared_preload_libraries.", simba_overridden_setting)));
-	if (writes)
-	{
-		if (XactReadOnly || RecoveryInProgress())
-		{
-			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
-
-			PreventCommandDuringRecovery(fn);
-			PreventCommandIfReadOnly(fn);
-		}
-		simba_in_xact = true;
-		simba_gc_maybe_start(fcinfo);
-	}
-	namestrcpy(name, GetUserNameFromId(role, false));
-	caller.role = NameGetDatum(name);
-	caller.roleid = ObjectIdGetDatum(role);
-	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
-	return caller;
-}
-
-static SPIPlanPtr
-simba_prepare(SimbaPlan *p)
-{
-	SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, (Oid *) p->argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "simba: could not prepare \"%s\": %s", p->sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "simba: could not keep plan for \"%s\"", p->sql);
-	return plan;
-}
-
 /*
  * The schema and owner of the calling SQL function, looked up once per call
  * site, and its install's simba_mutex, simba_session_lease and fence
@@ -291,6 +236,61 @@ calling_function(FunctionCallInfo fcinfo)
 		fcinfo->flinfo->fn_extra = f;
 	}
 	return f;
+}
+
+SimbaCaller
+simba_enter(FunctionCallInfo fcinfo, bool writes)
+{
+	SimbaCaller caller;
+	Oid			role = GetUserId();
+	Name		name = (Name) palloc(NAMEDATALEN);
+
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot call %s() inside a security-restricted operation",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
+						   "and index expressions run other roles' code: a lease taken there would not "
+						   "be the caller's.")));
+	if (simba_overridden_setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
+				 errdetail("The connection's startup options replaced the value the database administrator set, "
+						   "so simba cannot know it and refuses to run."),
+				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
+						 "shared_preload_libraries.", simba_overridden_setting)));
+	if (writes)
+	{
+		if (XactReadOnly || RecoveryInProgress())
+		{
+			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
+
+			PreventCommandDuringRecovery(fn);
+			PreventCommandIfReadOnly(fn);
+		}
+		simba_in_xact = true;
+		simba_gc_maybe_start(calling_function(fcinfo)->schema, calling_function(fcinfo)->owner);
+	}
+	namestrcpy(name, GetUserNameFromId(role, false));
+	caller.role = NameGetDatum(name);
+	caller.roleid = ObjectIdGetDatum(role);
+	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
+	return caller;
+}
+
+static SPIPlanPtr
+simba_prepare(SimbaPlan *p)
+{
+	SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, (Oid *) p->argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "simba: could not prepare \"%s\": %s", p->sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "simba: could not keep plan for \"%s\"", p->sql);
+	return plan;
 }
 
 /* Relation `name` of the calling function's install, kept in *cache. */

@@ -1,9 +1,9 @@
 -- housekeeping: simba_mutex_gc(idle_for, max_rows) removes the rows of
 -- mutexes idle for that long (released, lease or session ended), never one
 -- that is held, under a live session or queued for (fair); fences never go
--- back; the view says since when a mutex is idle; simba.gc_idle_age makes a
--- background worker, started by simba's own calls, collect without cron;
--- bad input changes nothing (gc_race.spec: gc against acquires and holders)
+-- back; the view says since when a mutex is idle; bad input changes nothing
+-- (gc_worker.sql: the collector simba.gc_idle_age starts; gc_race.spec: gc
+-- against acquires and holders)
 SET client_min_messages = warning;
 SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
@@ -87,27 +87,6 @@ SELECT simba_mutex_gc('1 day');
 SELECT simba_mutex_gc('0 seconds', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS rows_after FROM simba_mutex;
-
--- without cron: a connection that has called simba for gc_interval starts
--- the collector, which removes what has been idle for gc_idle_age (here
--- 0: the release above) and nothing held
-SET simba.gc_idle_age = 0;
-SET simba.gc_interval = 1;
-SELECT simba_release('g-tick', 'nobody') AS starts_the_clock;
-DO $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + '30 seconds';
-BEGIN
-    LOOP
-        -- a writing call starts the collector once the interval has passed
-        PERFORM simba_release('g-tick', 'nobody');
-        EXIT WHEN NOT EXISTS (SELECT FROM simba_mutex WHERE mutex = 'g-rel') OR clock_timestamp() > deadline;
-        PERFORM pg_sleep(0.05);
-    END LOOP;
-END $$;
-SELECT string_agg(mutex, ' ' ORDER BY mutex) AS rows_left FROM simba_mutex;
-RESET simba.gc_idle_age;
-RESET simba.gc_interval;
 
 SELECT simba_session_close(:'live') AS closed;
 SELECT simba_revoke('regress_simba_gc');
