@@ -83,7 +83,7 @@ static SimbaPlan revoke_update = {
 static SimbaPlan force_update = {
 	"UPDATE simba_mutex AS m"
 	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
-	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
+	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, released_at = $2, version = m.version + 1"
 	" WHERE m.mutex = $1 AND " SIMBA_MUTEX_LIVE_LOCKING("$2", "$3"),
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };

@@ -97,7 +97,8 @@ typedef struct MutexColumns
 				transition_at,
 				clock_origin,
 				version,
-				fence;
+				fence,
+				released_at;
 } MutexColumns;
 
 /* One call's view of a mutex row: who calls, when, and for an acquire its new tenure. */
@@ -142,6 +143,7 @@ mutex_columns(MutexCall *m, TupleDesc desc)
 		m->c.clock_origin = mutex_column(desc, "clock_origin");
 		m->c.version = mutex_column(desc, "version");
 		m->c.fence = mutex_column(desc, "fence");
+		m->c.released_at = mutex_column(desc, "released_at");
 		m->have_columns = true;
 	}
 	return &m->c;
@@ -255,6 +257,9 @@ free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 	v[c->version] = next_version(c, v);
 	n[c->owner_id] = n[c->owner_role] = n[c->owner_roleid] = n[c->owner_sysid] = n[c->session_id] = true;
 	n[c->acquired_at] = n[c->ttl_at] = n[c->transition_at] = true;
+	/* When it became free: how long it has been idle (simba_mutex_gc, simba_mutex_status.idle_since). */
+	v[c->released_at] = TimestampTzGetDatum(m->t);
+	n[c->released_at] = false;
 	return true;
 }
 
@@ -268,11 +273,12 @@ free_row(TupleTableSlot *old, Datum *v, bool *n, void *arg)
 static SimbaPlan tid_update = {
 	"UPDATE simba_mutex AS m"
 	"   SET owner_id = $2, owner_role = $3, owner_roleid = $4, owner_sysid = $5, session_id = $6,"
-	"       acquired_at = $7, ttl_at = $8, transition_at = $9, clock_origin = $10, version = $11, fence = $12"
+	"       acquired_at = $7, ttl_at = $8, transition_at = $9, clock_origin = $10, version = $11, fence = $12,"
+	"       released_at = $13"
 	" WHERE m.ctid = $1"
 	" RETURNING m.version, m.fence",
-	12, {TIDOID, TEXTOID, NAMEOID, OIDOID, INT8OID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INT8OID, INT8OID}
+	13, {TIDOID, TEXTOID, NAMEOID, OIDOID, INT8OID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT8OID, INT8OID, TIMESTAMPTZOID}
 };
 
 static bool
@@ -280,14 +286,14 @@ write_by_statement(ItemPointer tid, const Datum *v, const bool *n, void *arg)
 {
 	MutexCall  *m = arg;
 	const MutexColumns *c = &m->c;
-	const int	cols[11] = {c->owner_id, c->owner_role, c->owner_roleid, c->owner_sysid, c->session_id,
-	c->acquired_at, c->ttl_at, c->transition_at, c->clock_origin, c->version, c->fence};
-	Datum		args[12] = {PointerGetDatum(tid)};
-	char		nulls[12] = {' '};
+	const int	cols[12] = {c->owner_id, c->owner_role, c->owner_roleid, c->owner_sysid, c->session_id,
+	c->acquired_at, c->ttl_at, c->transition_at, c->clock_origin, c->version, c->fence, c->released_at};
+	Datum		args[13] = {PointerGetDatum(tid)};
+	char		nulls[13] = {' '};
 	bool		isnull;
 	int			i;
 
-	for (i = 0; i < 11; i++)
+	for (i = 0; i < 12; i++)
 	{
 		args[i + 1] = v[cols[i]];
 		nulls[i + 1] = n[cols[i]] ? 'n' : ' ';
@@ -412,14 +418,28 @@ static SimbaPlan fence_lock = {
 };
 
 /*
- * Rows of mutexes nobody holds and no transaction has locked ($1 t, $2
- * origin). Fences come from a sequence, so a mutex used again after its row
- * was removed still gets a fence above every earlier one.
+ * Rows of mutexes idle since $3 or earlier, at most $4 of them (NULL: all):
+ * free since a release at or before $3 (or one before 1.4, which did not
+ * record when), or a lease, its own or its session's, that ended at or
+ * before $3; with no live entry in the fair queue, and no transaction
+ * holding them locked ($1 t, $2 origin). The liveness test is the locking
+ * one (an ended session's row FOR SHARE, as any collection): a keepalive in
+ * flight either committed first, and the row is live again when FOR UPDATE
+ * re-reads it, or finds its session ended. A row a holder or an acquire has
+ * locked is skipped, never waited for. Fences come from a sequence, so a
+ * mutex used again after its row was removed still gets a fence above every
+ * earlier one.
  */
 static SimbaPlan gc_delete = {
 	"DELETE FROM simba_mutex AS d WHERE d.mutex IN"
-	" (SELECT m.mutex FROM simba_mutex AS m WHERE NOT " SIMBA_MUTEX_LIVE_LOCKING("$1", "$2") " FOR UPDATE SKIP LOCKED)",
-	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, .scans = true
+	" (SELECT m.mutex FROM simba_mutex AS m"
+	"   WHERE CASE WHEN m.owner_id IS NULL THEN m.released_at IS NULL OR m.released_at <= $3"
+	"              ELSE " SIMBA_SESSION_TIME_OR("m.session_id", "transition_at", "$2", SIMBA_MUTEX_END("$2")) " <= $3 END"
+	"     AND NOT " SIMBA_MUTEX_LIVE_LOCKING("$1", "$2")
+	"     AND NOT EXISTS (SELECT 1 FROM simba_mutex_queue AS q WHERE q.mutex = m.mutex"
+	"                        AND " SIMBA_LEASE_END("q.transition_at", "q.renewed_at", "q.clock_origin", "$2") " > $1)"
+	"   LIMIT $4 FOR UPDATE SKIP LOCKED)",
+	4, {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}, .scans = true
 };
 
 static TupleDesc
@@ -787,16 +807,42 @@ simba_fence_check_1_4(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * simba_mutex_gc(idle_for, max_rows): removes the rows of mutexes idle for
+ * idle_for or longer (gc_delete), at most max_rows (NULL: no limit), and
+ * returns how many. The collector simba starts on its own (gc.c) calls it.
+ */
 Datum
 simba_mutex_gc(PG_FUNCTION_ARGS)
 {
+	int64		idle;
+	int64		max_rows = 0;
+	TimestampTz t;
+	TimestampTz origin;
+	TimestampTz cutoff;
 	uint64		deleted;
 
 	simba_enter(fcinfo, true);
+	idle = simba_duration_arg(fcinfo, 0, "idle_for", true);
+	if (!PG_ARGISNULL(1))
+	{
+		max_rows = PG_GETARG_INT64(1);
+		if (max_rows <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_rows must be positive"),
+					 errhint("Pass NULL to remove every idle row.")));
+	}
+	t = simba_now(fcinfo);
+	/* Nothing can be idle for longer than the timestamp range reaches back. */
+	if (pg_sub_s64_overflow(t, idle, &cutoff) || cutoff < MIN_TIMESTAMP)
+		cutoff = MIN_TIMESTAMP;
+	origin = simba_clock_origin(fcinfo);
 	SPI_connect();
 	deleted = simba_execute(fcinfo, &gc_delete,
-							(Datum[]) {TimestampTzGetDatum(simba_now(fcinfo)),
-		TimestampTzGetDatum(simba_clock_origin(fcinfo))}, NULL, 0);
+							(Datum[]) {TimestampTzGetDatum(t), TimestampTzGetDatum(origin),
+		TimestampTzGetDatum(cutoff), Int64GetDatum(max_rows)},
+							(char[]) {' ', SIMBA_ORIGIN_NULL(origin), ' ', PG_ARGISNULL(1) ? 'n' : ' '}, 0);
 	SPI_finish();
 	PG_RETURN_INT64((int64) deleted);
 }

@@ -82,14 +82,14 @@ static SimbaPlan close_lock = {
 	5, {CALLER_ARGS}
 };
 
-/* A live session's close releases what it holds, as simba_release would ($1 id, $2 t, $3 origin). */
+/* A live session's close releases what it holds, as simba_release would ($1 id, $2 t). */
 static SimbaPlan close_mutexes = {
 	"UPDATE simba_mutex AS m"
 	"   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,"
-	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, version = m.version + 1"
+	"       acquired_at = NULL, ttl_at = NULL, transition_at = NULL, released_at = $2, version = m.version + 1"
 	" WHERE m.session_id = $1 AND m.owner_id IS NOT NULL"
 	" RETURNING m.mutex",
-	1, {UUIDOID}
+	2, {UUIDOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -338,7 +338,8 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 		else
 		{
 			uint64		i;
-			uint64		n = simba_execute(fcinfo, &close_mutexes, &session_id, NULL, 0);
+			uint64		n = simba_execute(fcinfo, &close_mutexes,
+										  (Datum[]) {session_id, TimestampTzGetDatum(t)}, NULL, 0);
 			Datum	   *mutexes = palloc((n + 1) * sizeof(Datum));
 			bool		isnull;
 

@@ -36,7 +36,8 @@ ALTER TABLE @extschema@.simba_mutex
     ADD COLUMN owner_roleid oid,
     ADD COLUMN owner_sysid bigint,
     ADD COLUMN clock_origin timestamptz,
-    ADD COLUMN session_id uuid;
+    ADD COLUMN session_id uuid,
+    ADD COLUMN released_at timestamptz;
 ALTER TABLE @extschema@.simba_semaphore_permit
     ADD COLUMN holder_roleid oid,
     ADD COLUMN holder_sysid bigint,
@@ -44,7 +45,7 @@ ALTER TABLE @extschema@.simba_semaphore_permit
     ADD COLUMN clock_origin timestamptz,
     ADD COLUMN session_id uuid;
 COMMENT ON TABLE @extschema@.simba_mutex IS
-  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin, or the lease of session session_id (simba_session_lease). Written only by the simba_* functions; simba_mutex_gc removes rows of free mutexes (fences come from a sequence, never reused).';
+  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin, or the lease of session session_id (simba_session_lease); released_at: when it was last released. Written only by the simba_* functions; simba_mutex_gc (and the collector simba.gc_idle_age starts) removes rows of idle mutexes (fences come from a sequence, never reused).';
 COMMENT ON TABLE @extschema@.simba_semaphore_permit IS
   'simba: one row per permit slot; live while expires_at > now, or while its session session_id lives. Written only by the simba_semaphore_* functions.';
 CREATE INDEX simba_mutex_session ON @extschema@.simba_mutex (session_id) WHERE session_id IS NOT NULL;
@@ -228,36 +229,6 @@ UPDATE @extschema@.simba_semaphore_permit
        clock_origin = (SELECT origin FROM @extschema@.simba_clock());
 ALTER TABLE @extschema@.simba_semaphore_permit ALTER COLUMN renewed_at SET NOT NULL;
 
-CREATE OR REPLACE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
-SELECT m.mutex,
-       CASE WHEN l.live THEN m.owner_id END AS owner_id,
-       CASE WHEN NOT l.live THEN 'free'
-            WHEN e.ttl_at > c.now THEN 'held'
-            ELSE 'transition' END AS state,
-       m.acquired_at + s.shift AS acquired_at,
-       e.ttl_at,
-       e.transition_at,
-       CASE WHEN l.live THEN e.transition_at - c.now END AS time_left,
-       m.fence,
-       m.version,
-       CASE WHEN l.live THEN m.owner_role END AS owner_role,
-       m.session_id
-  FROM @extschema@.simba_mutex m
- CROSS JOIN @extschema@.simba_clock() c
- CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
-                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - m.acquired_at))
-                                 ELSE interval '0' END AS shift) s
-  LEFT JOIN @extschema@.simba_session_lease ss ON ss.session_id = m.session_id
- CROSS JOIN LATERAL (SELECT CASE WHEN ss.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
-                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - ss.renewed_at))
-                                 ELSE interval '0' END AS shift) sh
- CROSS JOIN LATERAL (SELECT COALESCE(ss.ttl_at + sh.shift, m.ttl_at + s.shift) AS ttl_at,
-                            COALESCE(ss.transition_at + sh.shift, m.transition_at + s.shift) AS transition_at) e
- CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND e.transition_at > c.now AS live) l;
-
-COMMENT ON VIEW @extschema@.simba_mutex_status IS
-  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it; times are the session''s for a tenure under a session';
-
 CREATE OR REPLACE VIEW @extschema@.simba_semaphore_status WITH (security_barrier) AS
 SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, l.expires_at,
        l.expires_at - c.now AS time_left, p.fence, s.permits, p.holder_role, p.session_id
@@ -277,12 +248,24 @@ SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, l.expires_at,
 COMMENT ON VIEW @extschema@.simba_semaphore_status IS
   'simba: every live permit now, with the limit of its key (permits); expires_at is its session''s end under a session';
 
-CREATE FUNCTION @extschema@.simba_mutex_gc()
+CREATE FUNCTION @extschema@.simba_mutex_gc(idle_for interval DEFAULT '0 seconds', max_rows bigint DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_mutex_gc'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
-  'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
+COMMENT ON FUNCTION @extschema@.simba_mutex_gc(interval, bigint) IS
+  'simba: admin only — remove the rows of mutexes free for idle_for or longer (released, or their lease or session ended), no live fair queue entry naming them and no transaction holding them locked, at most max_rows (NULL: all); fences stay above every fence issued; returns how many';
+
+-- When the idle-row collector (gc.c) last claimed a collection of this
+-- database: one row, written by the collector alone, so a database is
+-- collected at most once per simba.gc_interval however many connections
+-- start it. Owner only, and not dumped (no pg_extension_config_dump): a
+-- restored database is collected at its next interval.
+CREATE TABLE @extschema@.simba_gc_state (
+    id        boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    last_run  timestamptz NOT NULL
+);
+COMMENT ON TABLE @extschema@.simba_gc_state IS
+  'simba: when the idle-row collector (simba.gc_idle_age) last ran in this database; one row, written by the collector alone, which runs at most once per simba.gc_interval';
 
 -- DROP EXTENSION refuses while leases or permits are live (drop_guard.c).
 CREATE FUNCTION @extschema@.simba_drop_guard()
@@ -447,6 +430,46 @@ CREATE TABLE @extschema@.simba_mutex_queue (
 COMMENT ON TABLE @extschema@.simba_mutex_queue IS
   'simba: contenders waiting for a mutex through simba_fair_acquire, in order of enqueued_at; an entry lapses at transition_at (from renewed_at, on the clock of clock_origin) unless its contender asks again. Written only by the simba_fair_* functions';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_queue', '');
+
+-- The status of every mutex, now with how long a free one has been idle and
+-- how many wait in its fair queue (after the queue's table).
+CREATE OR REPLACE VIEW @extschema@.simba_mutex_status WITH (security_barrier) AS
+SELECT m.mutex,
+       CASE WHEN l.live THEN m.owner_id END AS owner_id,
+       CASE WHEN NOT l.live THEN 'free'
+            WHEN e.ttl_at > c.now THEN 'held'
+            ELSE 'transition' END AS state,
+       m.acquired_at + s.shift AS acquired_at,
+       e.ttl_at,
+       e.transition_at,
+       CASE WHEN l.live THEN e.transition_at - c.now END AS time_left,
+       m.fence,
+       m.version,
+       CASE WHEN l.live THEN m.owner_role END AS owner_role,
+       m.session_id,
+       CASE WHEN l.live THEN NULL
+            WHEN m.owner_id IS NULL THEN LEAST(m.released_at, c.now)
+            ELSE e.transition_at END AS idle_since,
+       (SELECT pg_catalog.count(*) FROM @extschema@.simba_mutex_queue q
+         WHERE q.mutex = m.mutex
+           AND CASE WHEN q.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                    THEN c.origin + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.transition_at - q.renewed_at))
+                    ELSE q.transition_at END > c.now) AS waiting
+  FROM @extschema@.simba_mutex m
+ CROSS JOIN @extschema@.simba_clock() c
+ CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - m.acquired_at))
+                                 ELSE interval '0' END AS shift) s
+  LEFT JOIN @extschema@.simba_session_lease ss ON ss.session_id = m.session_id
+ CROSS JOIN LATERAL (SELECT CASE WHEN ss.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                                 THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', c.origin - ss.renewed_at))
+                                 ELSE interval '0' END AS shift) sh
+ CROSS JOIN LATERAL (SELECT COALESCE(ss.ttl_at + sh.shift, m.ttl_at + s.shift) AS ttl_at,
+                            COALESCE(ss.transition_at + sh.shift, m.transition_at + s.shift) AS transition_at) e
+ CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND e.transition_at > c.now AS live) l;
+
+COMMENT ON VIEW @extschema@.simba_mutex_status IS
+  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it; times are the session''s for a tenure under a session; idle_since: when a free mutex was released or its lease ended (NULL while held, or if released before 1.4); waiting: live entries of its fair queue';
 
 CREATE TYPE @extschema@.simba_fair_owner AS (
     mutex         text,

@@ -44,10 +44,11 @@ CREATE TABLE @extschema@.simba_mutex (
     owner_roleid  oid,
     owner_sysid   bigint,
     clock_origin  timestamptz,
-    session_id    uuid
+    session_id    uuid,
+    released_at   timestamptz
 ) WITH (fillfactor = 50);  -- room for HOT updates: every renewal rewrites the row
 COMMENT ON TABLE @extschema@.simba_mutex IS
-  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin, or the lease of session session_id (simba_session_lease). Written only by the simba_* functions; simba_mutex_gc removes rows of free mutexes (fences come from a sequence, never reused).';
+  'simba: one row per mutex; owner_id NULL = free; the holder is owner_id with the role owner_roleid of cluster owner_sysid (owner_role by name in another cluster); times on the clock of clock_origin, or the lease of session session_id (simba_session_lease); released_at: when it was last released. Written only by the simba_* functions; simba_mutex_gc (and the collector simba.gc_idle_age starts) removes rows of idle mutexes (fences come from a sequence, never reused).';
 -- a session's close and collection find its rows
 CREATE INDEX simba_mutex_session ON @extschema@.simba_mutex (session_id) WHERE session_id IS NOT NULL;
 
@@ -505,7 +506,15 @@ SELECT m.mutex,
        m.fence,
        m.version,
        CASE WHEN l.live THEN m.owner_role END AS owner_role,
-       m.session_id
+       m.session_id,
+       CASE WHEN l.live THEN NULL
+            WHEN m.owner_id IS NULL THEN LEAST(m.released_at, c.now)
+            ELSE e.transition_at END AS idle_since,
+       (SELECT pg_catalog.count(*) FROM @extschema@.simba_mutex_queue q
+         WHERE q.mutex = m.mutex
+           AND CASE WHEN q.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
+                    THEN c.origin + pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.transition_at - q.renewed_at))
+                    ELSE q.transition_at END > c.now) AS waiting
   FROM @extschema@.simba_mutex m
  CROSS JOIN @extschema@.simba_clock() c
  CROSS JOIN LATERAL (SELECT CASE WHEN m.clock_origin IS DISTINCT FROM c.origin AND c.origin IS NOT NULL
@@ -520,7 +529,7 @@ SELECT m.mutex,
  CROSS JOIN LATERAL (SELECT m.owner_id IS NOT NULL AND e.transition_at > c.now AS live) l;
 
 COMMENT ON VIEW @extschema@.simba_mutex_status IS
-  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it; times are the session''s for a tenure under a session';
+  'simba: every mutex now: state held (in ttl), transition (owner may renew, others wait) or free; time_left until others may take it; times are the session''s for a tenure under a session; idle_since: when a free mutex was released or its lease ended (NULL while held, or if released before 1.4); waiting: live entries of its fair queue';
 
 CREATE VIEW @extschema@.simba_semaphore_status WITH (security_barrier) AS
 SELECT p.key, p.slot, p.holder, p.context, p.acquired_at, l.expires_at,
@@ -651,12 +660,24 @@ COMMENT ON FUNCTION @extschema@.simba_force_release(text) IS
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_history_id_seq', '');
 
-CREATE FUNCTION @extschema@.simba_mutex_gc()
+CREATE FUNCTION @extschema@.simba_mutex_gc(idle_for interval DEFAULT '0 seconds', max_rows bigint DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'simba_mutex_gc'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.simba_mutex_gc() IS
-  'simba: admin only — remove the rows of mutexes nobody holds (fences stay above every fence issued); returns how many';
+COMMENT ON FUNCTION @extschema@.simba_mutex_gc(interval, bigint) IS
+  'simba: admin only — remove the rows of mutexes free for idle_for or longer (released, or their lease or session ended), no live fair queue entry naming them and no transaction holding them locked, at most max_rows (NULL: all); fences stay above every fence issued; returns how many';
+
+-- When the idle-row collector (gc.c) last claimed a collection of this
+-- database: one row, written by the collector alone, so a database is
+-- collected at most once per simba.gc_interval however many connections
+-- start it. Owner only, and not dumped (no pg_extension_config_dump): a
+-- restored database is collected at its next interval.
+CREATE TABLE @extschema@.simba_gc_state (
+    id        boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    last_run  timestamptz NOT NULL
+);
+COMMENT ON TABLE @extschema@.simba_gc_state IS
+  'simba: when the idle-row collector (simba.gc_idle_age) last ran in this database; one row, written by the collector alone, which runs at most once per simba.gc_interval';
 
 -- DROP EXTENSION refuses while leases or permits are live (drop_guard.c).
 CREATE FUNCTION @extschema@.simba_drop_guard()

@@ -130,6 +130,8 @@ _PG_init(void)
 	GucSource	max_lease_before = placeholder_reset_source("simba.max_lease");
 	GucSource	drop_before = placeholder_reset_source("simba.drop_live_leases");
 	GucSource	notify_before = placeholder_reset_source("simba.notify");
+	GucSource	gc_idle_before = placeholder_reset_source("simba.gc_idle_age");
+	GucSource	gc_interval_before = placeholder_reset_source("simba.gc_interval");
 	static const struct config_enum_entry notify_options[] = {
 		{"always", SIMBA_NOTIFY_ALWAYS, false},
 		{"registered", SIMBA_NOTIFY_REGISTERED, false},
@@ -171,66 +173,33 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_idle_age",
+							"How long a mutex must have been free before simba removes its row on its own; -1: never.",
+							"A row is free from its release or the end of its lease (or its session's). Collected "
+							"by a short-lived background worker that simba's calls start every simba.gc_interval "
+							"(gc.c); fences never go back.",
+							&simba_gc_idle_age,
+							3600, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_interval",
+							"How often a connection that calls simba starts the idle-row collector.",
+							"Each connection that has called simba's lock functions for this long starts it at "
+							"most once per interval; concurrent collectors of a database do not overlap.",
+							&simba_gc_interval,
+							600, 1, INT_MAX / 2,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
 	guard_placeholder("simba.history", history_before);
 	guard_placeholder("simba.max_lease", max_lease_before);
 	guard_placeholder("simba.drop_live_leases", drop_before);
 	guard_placeholder("simba.notify", notify_before);
+	guard_placeholder("simba.gc_idle_age", gc_idle_before);
+	guard_placeholder("simba.gc_interval", gc_interval_before);
 	RegisterXactCallback(simba_xact_callback, NULL);
-}
-
-SimbaCaller
-simba_enter(FunctionCallInfo fcinfo, bool writes)
-{
-	SimbaCaller caller;
-	Oid			role = GetUserId();
-	Name		name = (Name) palloc(NAMEDATALEN);
-
-	if (InSecurityRestrictedOperation())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("cannot call %s() inside a security-restricted operation",
-						get_func_name(fcinfo->flinfo->fn_oid)),
-				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
-						   "and index expressions run other roles' code: a lease taken there would not "
-						   "be the caller's.")));
-	if (simba_overridden_setting != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
-				 errdetail("The connection's startup options replaced the value the database administrator set, "
-						   "so simba cannot know it and refuses to run."),
-				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
-						 "shared_preload_libraries.", simba_overridden_setting)));
-	if (writes)
-	{
-		if (XactReadOnly || RecoveryInProgress())
-		{
-			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
-
-			PreventCommandDuringRecovery(fn);
-			PreventCommandIfReadOnly(fn);
-		}
-		simba_in_xact = true;
-	}
-	namestrcpy(name, GetUserNameFromId(role, false));
-	caller.role = NameGetDatum(name);
-	caller.roleid = ObjectIdGetDatum(role);
-	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
-	return caller;
-}
-
-static SPIPlanPtr
-simba_prepare(SimbaPlan *p)
-{
-	SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, (Oid *) p->argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "simba: could not prepare \"%s\": %s", p->sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "simba: could not keep plan for \"%s\"", p->sql);
-	return plan;
 }
 
 /*
@@ -267,6 +236,61 @@ calling_function(FunctionCallInfo fcinfo)
 		fcinfo->flinfo->fn_extra = f;
 	}
 	return f;
+}
+
+SimbaCaller
+simba_enter(FunctionCallInfo fcinfo, bool writes)
+{
+	SimbaCaller caller;
+	Oid			role = GetUserId();
+	Name		name = (Name) palloc(NAMEDATALEN);
+
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot call %s() inside a security-restricted operation",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
+						   "and index expressions run other roles' code: a lease taken there would not "
+						   "be the caller's.")));
+	if (simba_overridden_setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
+				 errdetail("The connection's startup options replaced the value the database administrator set, "
+						   "so simba cannot know it and refuses to run."),
+				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
+						 "shared_preload_libraries.", simba_overridden_setting)));
+	if (writes)
+	{
+		if (XactReadOnly || RecoveryInProgress())
+		{
+			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
+
+			PreventCommandDuringRecovery(fn);
+			PreventCommandIfReadOnly(fn);
+		}
+		simba_in_xact = true;
+		simba_gc_maybe_start(calling_function(fcinfo)->schema, calling_function(fcinfo)->owner);
+	}
+	namestrcpy(name, GetUserNameFromId(role, false));
+	caller.role = NameGetDatum(name);
+	caller.roleid = ObjectIdGetDatum(role);
+	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
+	return caller;
+}
+
+static SPIPlanPtr
+simba_prepare(SimbaPlan *p)
+{
+	SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, (Oid *) p->argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "simba: could not prepare \"%s\": %s", p->sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "simba: could not keep plan for \"%s\"", p->sql);
+	return plan;
 }
 
 /* Relation `name` of the calling function's install, kept in *cache. */

@@ -53,7 +53,8 @@ struct Args {
     std::string dsn;  ///< --dsn; empty = libpq's environment
     std::optional<std::string> mutex, contender, ttl, transition, wait, grace, interval, metrics_file,
         metrics_interval, listen, sort;
-    bool json = false, watch = false, force = false, verbose = false;
+    std::optional<std::string> pattern, recent;  ///< status and top: --pattern GLOB, --recent DURATION
+    bool json = false, watch = false, force = false, verbose = false, all = false;
     std::vector<std::string> cmd;  ///< run: CMD [ARGS...]
 };
 
@@ -100,6 +101,31 @@ inline std::string pad(std::string s, std::size_t w) {
     if (s.size() < w) s.append(w - s.size(), ' ');
     return s;
 }
+
+/// What `simba status` and `simba top` show (README: "simba status"): by
+/// default what is held, waited for or changed within `recent`; `all`:
+/// every row; `pattern`: names matching a glob (* and ?); `exact`: one
+/// mutex (--mutex), shown whatever its state.
+struct ViewFilter {
+    bool all = false;
+    std::optional<std::string> pattern;  ///< as a LIKE pattern
+    std::optional<std::string> exact;
+    std::chrono::microseconds recent{std::chrono::minutes(10)};
+};
+/// From --all, --pattern, --recent and --mutex; throws UsageError.
+ViewFilter view_filter(const Args& a);
+/// A glob (* any run, ? one character) as a LIKE pattern, other characters literal.
+std::string glob_to_like(const std::string& glob);
+
+/// One read of everything the views show, filtered (commands.cpp).
+struct StatusSnapshot {
+    pqxx::result mutexes, rwlocks, semaphores, sessions;
+    long long hidden_mutexes = 0, hidden_rwlocks = 0, hidden_sessions = 0;
+};
+/// Reads it in one nontransaction; throws pqxx errors.
+StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f);
+/// The lines that say what the filter left out ("" when nothing).
+std::string hidden_note(const StatusSnapshot& s);
 
 /// Maps a server error to a Failure with an exit code and a hint.
 [[noreturn]] void fail_sql(const std::exception& e, const std::string& doing);

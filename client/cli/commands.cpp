@@ -35,32 +35,124 @@ std::string default_contender() {
 }
 
 
-const char* const kMutexStatusSql =
-    "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8, fence, version,"
-    " to_json(acquired_at) #>> '{}', to_json(ttl_at) #>> '{}', to_json(transition_at) #>> '{}'"
-    " FROM simba_mutex_status WHERE $1::text IS NULL OR mutex = $1 ORDER BY mutex";
-const char* const kSemaphoreStatusSql =
-    "SELECT key, slot, holder, context, extract(epoch FROM time_left)::float8, fence, permits,"
-    " to_json(acquired_at) #>> '{}', to_json(expires_at) #>> '{}'"
-    " FROM simba_semaphore_status ORDER BY key, slot";
+/// The filter's parameters in every statement below: $1 one mutex (--mutex),
+/// $2 a LIKE pattern, $3 everything, $4 how recent a change still shows.
+/// A free mutex shows while its fair queue has a live waiter or within $4
+/// of its release or lease end (idle_since); a read-write lock while held
+/// or waited for; a session until it ends.
+#define SIMBA_CLI_FILTER_ARGS f.exact, f.pattern, f.all, to_interval(f.recent)
+const char* const kMutexShown =
+    "(state <> 'free' OR waiting > 0 OR idle_since > pg_catalog.now() - $4::interval)";
+const char* const kMutexNamed = "($1::text IS NULL OR mutex = $1) AND ($2::text IS NULL OR mutex LIKE $2)";
+const char* const kRwlockShown = "(mode <> 'free' OR waiting_writers > 0)";
+const char* const kRwlockNamed = "$1::text IS NULL AND ($2::text IS NULL OR rwlock LIKE $2)";
+const char* const kSessionShown = "state <> 'ended'";
+const char* const kSessionNamed = "$1::text IS NULL AND $2::text IS NULL";
 
-struct Snapshot {
-    pqxx::result mutexes, semaphores;
-};
+}  // namespace
 
-Snapshot read_status(pqxx::connection& c, const std::optional<std::string>& only) {
-    Snapshot s;
-    try {
-        pqxx::nontransaction tx(c);
-        s.mutexes = tx.exec_params(kMutexStatusSql, only);
-        if (!only) s.semaphores = tx.exec(kSemaphoreStatusSql);
-    } catch (const pqxx::failure& e) {
-        fail_sql(e, "reading simba_mutex_status");
+std::string glob_to_like(const std::string& glob) {
+    std::string out;
+    for (char c : glob) {
+        if (c == '*') out += '%';
+        else if (c == '?') out += '_';
+        else {
+            if (c == '%' || c == '_' || c == '\\') out += '\\';
+            out += c;
+        }
+    }
+    return out;
+}
+
+ViewFilter view_filter(const Args& a) {
+    ViewFilter f;
+    f.all = a.all;
+    if (a.pattern) {
+        if (a.pattern->empty()) throw UsageError("--pattern must not be empty (use '*' for every name)");
+        f.pattern = glob_to_like(*a.pattern);
+    }
+    f.exact = a.mutex;
+    if (a.recent) {
+        f.recent = parse_duration(*a.recent, "--recent");
+        if (f.recent.count() < 0) throw UsageError("--recent must not be negative");
+    }
+    return f;
+}
+
+StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f) {
+    StatusSnapshot s;
+    pqxx::nontransaction tx(c);
+    const std::string every = "($3 OR $1::text IS NOT NULL OR ";
+    // One scan of the view for the rows shown and the count of the rest: the
+    // first row is a shown one if any (else one hidden row, dropped here).
+    auto rows = tx.exec_params(
+        std::string("SELECT mutex, owner_id, state, time_left, fence, version, acquired_at, ttl_at, transition_at,"
+                    " waiting, idle_since, shown, hidden FROM ("
+                    "SELECT mutex, owner_id, state, extract(epoch FROM time_left)::float8 AS time_left, fence, version,"
+                    " to_json(acquired_at) #>> '{}' AS acquired_at, to_json(ttl_at) #>> '{}' AS ttl_at,"
+                    " to_json(transition_at) #>> '{}' AS transition_at, waiting,"
+                    " to_json(idle_since) #>> '{}' AS idle_since, shown,"
+                    " count(*) FILTER (WHERE NOT shown) OVER () AS hidden,"
+                    " row_number() OVER (ORDER BY shown DESC) AS n"
+                    " FROM (SELECT *, " + every + kMutexShown + ") AS shown FROM simba_mutex_status WHERE ") +
+            kMutexNamed + ") AS v) AS w WHERE shown OR n = 1 ORDER BY mutex",
+        SIMBA_CLI_FILTER_ARGS);
+    for (auto r : rows) {
+        s.hidden_mutexes = r[12].as<long long>(0);
+        break;
+    }
+    // Keep only the shown rows (a result is immutable: read them again without the odd one).
+    bool any_hidden_row = false;
+    for (auto r : rows) any_hidden_row |= !r[11].as<bool>();
+    s.mutexes = any_hidden_row ? pqxx::result() : rows;
+    s.rwlocks = tx.exec_params(
+        std::string("SELECT rwlock, mode, array_to_string(holders, ', '), waiting_writers, write_fence,"
+                    " coalesce(to_json(holders), '[]')::text"
+                    " FROM simba_rwlock_status WHERE ") +
+            kRwlockNamed + " AND " + every + kRwlockShown + ") AND $4::interval IS NOT NULL ORDER BY rwlock",
+        SIMBA_CLI_FILTER_ARGS);
+    s.semaphores = tx.exec_params(
+        "SELECT key, slot, holder, context, extract(epoch FROM time_left)::float8, fence, permits,"
+        " to_json(acquired_at) #>> '{}', to_json(expires_at) #>> '{}'"
+        " FROM simba_semaphore_status WHERE $1::text IS NULL AND ($2::text IS NULL OR key LIKE $2)"
+        " AND $3::boolean IS NOT NULL AND $4::interval IS NOT NULL ORDER BY key, slot",
+        SIMBA_CLI_FILTER_ARGS);
+    s.sessions = tx.exec_params(
+        std::string("SELECT session_id, owner_role, state, extract(epoch FROM time_left)::float8, mutexes, permits,"
+                    " rwlocks, to_json(transition_at) #>> '{}'"
+                    " FROM simba_session_status WHERE ") +
+            kSessionNamed + " AND ($3 OR " + kSessionShown + ") AND $4::interval IS NOT NULL ORDER BY opened_at, session_id",
+        SIMBA_CLI_FILTER_ARGS);
+    if (!f.all && !f.exact) {
+        auto h = tx.exec_params1(
+            std::string("SELECT (SELECT count(*) FROM simba_rwlock_status WHERE ") + kRwlockNamed + " AND NOT " +
+                kRwlockShown + "), (SELECT count(*) FROM simba_session_status WHERE " + kSessionNamed + " AND NOT " +
+                kSessionShown + " AND NOT $3) WHERE $4::interval IS NOT NULL",
+            SIMBA_CLI_FILTER_ARGS);
+        s.hidden_rwlocks = h[0].as<long long>(0);
+        s.hidden_sessions = h[1].as<long long>(0);
     }
     return s;
 }
 
-std::string render_table(const Snapshot& s) {
+std::string hidden_note(const StatusSnapshot& s) {
+    std::vector<std::string> parts;
+    if (s.hidden_mutexes > 0) parts.push_back(std::to_string(s.hidden_mutexes) + " idle mutexes");
+    if (s.hidden_rwlocks > 0) parts.push_back(std::to_string(s.hidden_rwlocks) + " free read-write locks");
+    if (s.hidden_sessions > 0) parts.push_back(std::to_string(s.hidden_sessions) + " ended sessions");
+    if (parts.empty()) return {};
+    std::string out = "(not shown: ";
+    for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+    return out + "; --all shows them)";
+}
+
+namespace {
+
+std::string left_of(const pqxx::field& f) {
+    return f.is_null() ? "-" : format_duration(microseconds(static_cast<std::int64_t>(num(f) * 1e6)));
+}
+
+std::string render_table(const StatusSnapshot& s) {
     std::ostringstream out;
     std::size_t wm = 5, wo = 5;
     for (auto r : s.mutexes) {
@@ -68,13 +160,23 @@ std::string render_table(const Snapshot& s) {
         wo = std::max(wo, str(r[1]).size());
     }
     out << pad("MUTEX", wm) << "  " << pad("OWNER", wo) << "  " << pad("STATE", 10) << "  " << pad("TIME LEFT", 9)
-        << "  FENCE\n";
-    for (auto r : s.mutexes) {
-        std::string left = r[3].is_null() ? "-" : format_duration(microseconds(static_cast<std::int64_t>(num(r[3]) * 1e6)));
+        << "  " << pad("FENCE", 6) << "  WAITING\n";
+    for (auto r : s.mutexes)
         out << pad(str(r[0]), wm) << "  " << pad(r[1].is_null() ? "-" : str(r[1]), wo) << "  " << pad(str(r[2]), 10)
-            << "  " << pad(left, 9) << "  " << str(r[4]) << "\n";
+            << "  " << pad(left_of(r[3]), 9) << "  " << pad(str(r[4]), 6) << "  " << str(r[9]) << "\n";
+    if (s.mutexes.empty()) out << "(no mutexes held, waited for or changed lately)\n";
+    if (!s.rwlocks.empty()) {
+        std::size_t wr = 6, wh = 7;
+        for (auto r : s.rwlocks) {
+            wr = std::max(wr, str(r[0]).size());
+            wh = std::max(wh, str(r[2]).size());
+        }
+        out << "\n" << pad("RWLOCK", wr) << "  " << pad("MODE", 5) << "  " << pad("HOLDERS", wh)
+            << "  WAITING WRITERS  WRITE FENCE\n";
+        for (auto r : s.rwlocks)
+            out << pad(str(r[0]), wr) << "  " << pad(str(r[1]), 5) << "  " << pad(r[2].is_null() ? "-" : str(r[2]), wh)
+                << "  " << pad(str(r[3]), 15) << "  " << str(r[4]) << "\n";
     }
-    if (s.mutexes.empty()) out << "(no mutexes)\n";
     if (!s.semaphores.empty()) {
         std::size_t wk = 9, wh = 6;
         for (auto r : s.semaphores) {
@@ -85,9 +187,20 @@ std::string render_table(const Snapshot& s) {
             << "  " << pad("FENCE", 6) << "  LIMIT  CONTEXT\n";
         for (auto r : s.semaphores)
             out << pad(str(r[0]), wk) << "  " << pad(str(r[1]), 4) << "  " << pad(str(r[2]), wh) << "  "
-                << pad(format_duration(microseconds(static_cast<std::int64_t>(num(r[4]) * 1e6))), 9) << "  "
-                << pad(str(r[5]), 6) << "  " << pad(str(r[6]), 5) << "  " << str(r[3]) << "\n";
+                << pad(left_of(r[4]), 9) << "  " << pad(str(r[5]), 6) << "  " << pad(str(r[6]), 5) << "  " << str(r[3])
+                << "\n";
     }
+    if (!s.sessions.empty()) {
+        std::size_t wr = 4;
+        for (auto r : s.sessions) wr = std::max(wr, str(r[1]).size());
+        out << "\n" << pad("SESSION", 36) << "  " << pad("ROLE", wr) << "  " << pad("STATE", 10) << "  "
+            << pad("TIME LEFT", 9) << "  MUTEXES  PERMITS  RWLOCKS\n";
+        for (auto r : s.sessions)
+            out << pad(str(r[0]), 36) << "  " << pad(str(r[1]), wr) << "  " << pad(str(r[2]), 10) << "  "
+                << pad(left_of(r[3]), 9) << "  " << pad(str(r[4]), 7) << "  " << pad(str(r[5]), 7) << "  "
+                << str(r[6]) << "\n";
+    }
+    if (auto note = hidden_note(s); !note.empty()) out << "\n" << note << "\n";
     return out.str();
 }
 
@@ -99,8 +212,13 @@ Json seconds_or_null(const pqxx::field& f) {
     return f.is_null() ? Json() : Json(std::round(f.as<double>() * 1000) / 1000);
 }
 
-std::string render_json(const Snapshot& s) {
-    Json out = {{"mutexes", Json::array()}, {"semaphores", Json::array()}};
+std::string render_json(const StatusSnapshot& s) {
+    Json out = {{"mutexes", Json::array()},
+                {"rwlocks", Json::array()},
+                {"semaphores", Json::array()},
+                {"sessions", Json::array()},
+                {"not_shown", {{"mutexes", s.hidden_mutexes}, {"rwlocks", s.hidden_rwlocks},
+                               {"sessions", s.hidden_sessions}}}};
     for (auto r : s.mutexes)
         out["mutexes"].push_back({{"mutex", str(r[0])},
                                   {"owner", string_or_null(r[1])},
@@ -110,7 +228,15 @@ std::string render_json(const Snapshot& s) {
                                   {"version", int_or_zero(r[5])},
                                   {"acquired_at", string_or_null(r[6])},
                                   {"ttl_at", string_or_null(r[7])},
-                                  {"transition_at", string_or_null(r[8])}});
+                                  {"transition_at", string_or_null(r[8])},
+                                  {"waiting", int_or_zero(r[9])},
+                                  {"idle_since", string_or_null(r[10])}});
+    for (auto r : s.rwlocks)
+        out["rwlocks"].push_back({{"rwlock", str(r[0])},
+                                  {"mode", str(r[1])},
+                                  {"holders", Json::parse(str(r[5]), nullptr, false)},
+                                  {"waiting_writers", int_or_zero(r[3])},
+                                  {"write_fence", int_or_zero(r[4])}});
     for (auto r : s.semaphores)
         out["semaphores"].push_back({{"key", str(r[0])},
                                      {"slot", int_or_zero(r[1])},
@@ -121,18 +247,38 @@ std::string render_json(const Snapshot& s) {
                                      {"permits", int_or_zero(r[6])},
                                      {"acquired_at", string_or_null(r[7])},
                                      {"expires_at", string_or_null(r[8])}});
+    for (auto r : s.sessions)
+        out["sessions"].push_back({{"session_id", str(r[0])},
+                                   {"role", str(r[1])},
+                                   {"state", str(r[2])},
+                                   {"time_left_seconds", seconds_or_null(r[3])},
+                                   {"mutexes", int_or_zero(r[4])},
+                                   {"permits", int_or_zero(r[5])},
+                                   {"rwlocks", int_or_zero(r[6])},
+                                   {"transition_at", string_or_null(r[7])}});
     return dump(out);
 }
 
 }  // namespace
 
+namespace {
+StatusSnapshot read_status(pqxx::connection& c, const ViewFilter& f) {
+    try {
+        return read_snapshot(c, f);
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "reading simba_mutex_status");
+    }
+}
+}  // namespace
+
 int cmd_status(const Args& a) {
     auto interval = parse_duration(a.interval.value_or("2s"), "--interval");
     if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
+    const ViewFilter filter = view_filter(a);
     auto conn = connect(a.dsn, "simba-cli");
     if (!a.watch) {
         AnswerDeadline deadline(*conn);
-        auto s = read_status(*conn, a.mutex);
+        auto s = read_status(*conn, filter);
         std::fputs((a.json ? render_json(s) : render_table(s)).c_str(), stdout);
         return ok;
     }
@@ -149,7 +295,7 @@ int cmd_status(const Args& a) {
         try {
             if (!conn || !conn->is_open()) conn = connect(a.dsn, "simba-cli");
             AnswerDeadline deadline(*conn);
-            auto s = read_status(*conn, a.mutex);
+            auto s = read_status(*conn, filter);
             body = a.json ? render_json(s) : render_table(s);
         } catch (const Failure& e) {
             body = std::string("error: ") + e.what() + "\n";

@@ -54,17 +54,28 @@ error (also a --grace that does not fit); 70 the watchdog was killed; 126/127 CM
 N while waiting (before CMD started).
 )";
     if (command == "status")
-        return R"(usage: simba status [--json] [--watch [--interval DURATION]] [--mutex NAME]
+        return R"(usage: simba status [--all] [--pattern GLOB] [--recent DURATION] [--json]
+                    [--watch [--interval DURATION]] [--mutex NAME]
 
-Every mutex (owner, state held|transition|free, time left, fence, version)
-and every live semaphore permit (key, slot, holder, context, time left,
-fence, limit), from simba_mutex_status and simba_semaphore_status.
+What is held, waited for or changed lately: mutexes held or in transition,
+free ones with fair waiters (WAITING) or released or lapsed within --recent
+(owner, state held|transition|free, time left, fence); read-write locks
+held or waited for (mode, holders, waiting writers, write fence); live
+semaphore permits (key, slot, holder, context, time left, fence, limit);
+sessions that have not ended (role, state, time left, what they hold).
+A last line counts what was left out. From the simba_*_status views.
 
 options:
-  -j, --json               one JSON object: {"mutexes": [...], "semaphores": [...]}
+  -a, --all                every mutex, read-write lock and session, idle or ended too
+  -p, --pattern GLOB       only names matching GLOB (* any run, ? one character);
+                           sessions are then left out
+      --recent DURATION    how long a free mutex still shows after its release
+                           or lease end (default 10m)
+  -j, --json               one JSON object: {"mutexes": [...], "rwlocks": [...],
+                           "semaphores": [...], "sessions": [...], "not_shown": {...}}
   -W, --watch              redraw every --interval until interrupted, like watch(1)
   -i, --interval DURATION  (default 2s)
-  -m, --mutex NAME         only this mutex (and no semaphores)
+  -m, --mutex NAME         only this mutex, whatever its state
   -d, --dsn DSN            libpq connection string or URI
   -h, --help
 )";
@@ -142,12 +153,15 @@ options:
   -d, --dsn DSN, -h, --help
 )";
     if (command == "top")
-        return R"(usage: simba top [--interval 1s] [--sort mutex|owner|state|left|fence] [--dsn DSN]
+        return R"(usage: simba top [--interval 1s] [--sort mutex|owner|state|left|fence] [--all]
+                 [--pattern GLOB] [--recent DURATION] [--dsn DSN]
 
-A live view, redrawn every --interval: every mutex with its owner, state
-(held, transition, free), time left and fence; each semaphore key's permits;
-and the latest changes of hands (from simba_mutex_history when simba.history
-is on, else as this view sees fences change). Keys: s sorts by the next
+A live view, redrawn every --interval: the mutexes held, waited for (fair
+waiters) or changed within --recent, with owner, state (held, transition,
+free), time left, fence and waiters; read-write locks held or waited for;
+each semaphore key's permits; live sessions; and the latest changes of
+hands (from simba_mutex_history when simba.history is on, else as this
+view sees fences change). The header counts what is left out. Keys: s sorts by the next
 column, r reverses, q quits (so do ^C and SIGTERM). When stdout or stdin is
 not a terminal it prints the view once and exits. If the database stops
 answering, the last state stays on the screen with the reason, and each
@@ -156,6 +170,9 @@ refresh tries again.
 options:
   -i, --interval DURATION  (default 1s)
   -s, --sort COLUMN        mutex (default), owner, state, left or fence
+  -a, --all                every mutex, read-write lock and session, idle or ended too
+  -p, --pattern GLOB       only names matching GLOB (* any run, ? one character)
+      --recent DURATION    how long a free mutex still shows after it was freed (default 10m)
   -d, --dsn DSN, -h, --help
 )";
     return R"(usage: simba COMMAND [options]
@@ -164,12 +181,12 @@ A distributed mutex / leader election service inside PostgreSQL.
 
 commands:
   run       run a command while holding a mutex (a cluster-wide flock)
-  status    show every mutex and semaphore (--json, --watch)
+  status    what is held, waited for or changed lately (--all, --pattern, --json, --watch)
   acquire   one attempt to acquire or renew a mutex, for scripts
   release   release a mutex (--force: admin)
   owner     print a mutex's owner
   metrics   server-side metrics in the Prometheus text format (--listen: serve them)
-  top       a live view of the mutexes, semaphores and changes of hands
+  top       a live view of held locks, waiters, sessions and changes of hands
 
 `simba COMMAND --help` describes each. The server is reached through --dsn or
 libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, ...).
@@ -228,6 +245,11 @@ struct Parser {
         status->add_flag("-W,--watch", a.watch);
         status->add_option("-i,--interval", a.interval);
         status->add_option("-m,--mutex", a.mutex);
+        for (const char* name : {"status", "top"}) {
+            commands[name]->add_flag("-a,--all", a.all);
+            commands[name]->add_option("-p,--pattern", a.pattern);
+            commands[name]->add_option("--recent", a.recent);
+        }
         auto* acquire = commands["acquire"];
         acquire->add_option("-m,--mutex", a.mutex);
         acquire->add_option("-c,--contender", a.contender);

@@ -27,11 +27,15 @@ struct MutexRow {
     std::string mutex, owner, state;
     double left = 0;  // seconds, 0 when free
     long long fence = 0;
+    long long waiting = 0;  // live fair waiters
 };
 
 struct Screen {
     std::vector<MutexRow> mutexes;
+    std::vector<std::string> rwlocks;     // one line per lock, drawn as is
     std::vector<std::string> semaphores;  // one line per key, drawn as is
+    std::vector<std::string> sessions;    // one line per session, drawn as is
+    std::string not_shown;                // what the filter left out
     std::deque<std::string> handoffs;     // newest first
     bool from_history = false;
     std::string error;                    // the last refresh failed: why
@@ -60,19 +64,40 @@ std::string clock_time(std::time_t t) {
 /// refreshes (a fence that moved: a new tenure).
 class Reader {
 public:
-    explicit Reader(std::string dsn) : dsn_(std::move(dsn)) {}
+    Reader(std::string dsn, ViewFilter filter) : dsn_(std::move(dsn)), filter_(std::move(filter)) {}
 
     Screen read() {
         Screen s;
         try {
             if (!conn_) conn_ = connect(dsn_, "simba-top");
             AnswerDeadline deadline(*conn_);
+            const StatusSnapshot snap = read_snapshot(*conn_, filter_);
+            for (auto r : snap.mutexes)
+                s.mutexes.push_back({str(r[0]), str(r[1]), str(r[2]), num(r[3]), r[4].as<long long>(0),
+                                     r[9].as<long long>(0)});
+            for (auto r : snap.rwlocks)
+                s.rwlocks.push_back(pad(str(r[0]), 24) + "  " + pad(str(r[1]), 5) + "  " +
+                                    pad(r[2].is_null() ? "-" : str(r[2]), 24) + "  " + str(r[3]) +
+                                    " waiting writers  fence " + str(r[4]));
+            std::map<std::string, std::pair<int, std::string>> keys;
+            for (auto r : snap.semaphores) {
+                auto& k = keys[str(r[0])];
+                ++k.first;
+                k.second = str(r[6]);
+            }
+            for (auto& [key, k] : keys)
+                s.semaphores.push_back(pad(key, 24) + "  " + std::to_string(k.first) + " of " + k.second +
+                                       " permits held");
+            for (auto r : snap.sessions)
+                s.sessions.push_back(str(r[0]) + "  " + pad(str(r[1]), 12) + "  " + pad(str(r[2]), 10) + "  " +
+                                     pad(r[3].is_null() ? "-"
+                                                        : format_duration(microseconds(
+                                                              static_cast<std::int64_t>(num(r[3]) * 1e6))),
+                                         9) +
+                                     "  " + str(r[4]) + " mutexes, " + str(r[5]) + " permits, " + str(r[6]) +
+                                     " rwlocks");
+            s.not_shown = hidden_note(snap);
             pqxx::nontransaction tx(*conn_);
-            for (auto r : tx.exec("SELECT mutex, owner_id, state, coalesce(extract(epoch FROM time_left)::float8, 0),"
-                                  " fence FROM simba_mutex_status"))
-                s.mutexes.push_back({str(r[0]), str(r[1]), str(r[2]), num(r[3]), r[4].as<long long>(0)});
-            for (auto r : tx.exec("SELECT key, count(*), max(permits) FROM simba_semaphore_status GROUP BY key ORDER BY key"))
-                s.semaphores.push_back(pad(str(r[0]), 24) + "  " + str(r[1]) + " of " + str(r[2]) + " permits held");
             if (tx.exec1("SELECT coalesce(current_setting('simba.history', true), 'off') = 'on'")[0].as<bool>()) {
                 s.from_history = true;
                 for (auto r : tx.exec("SELECT extract(epoch FROM at)::float8, mutex, event, coalesce(owner_id, '-'),"
@@ -117,6 +142,7 @@ private:
     }
 
     const std::string dsn_;
+    const ViewFilter filter_;
     std::unique_ptr<pqxx::connection> conn_;
     std::vector<MutexRow> last_;
     std::map<std::string, std::pair<long long, std::string>> fences_;
@@ -149,20 +175,25 @@ std::vector<std::string> render(Screen s, int sort, bool reverse, bool live, int
         wo = std::max(wo, m.owner.size());
     }
     if (live) {
-        out.push_back("simba top  " + clock_time(std::time(nullptr)) + "  " + std::to_string(s.mutexes.size()) +
-                      " mutexes, " + std::to_string(held) + " held  sorted by " + kSortNames[sort] +
+        out.push_back("simba top  " + clock_time(std::time(nullptr)) + "  " + std::to_string(held) + " held, " +
+                      std::to_string(s.mutexes.size() - held) + " free shown  sorted by " + kSortNames[sort] +
                       (reverse ? " (reversed)" : "") + "  [s] sort  [r] reverse  [q] quit");
         if (!s.error.empty()) out.push_back("database unreachable, showing the last state: " + s.error);
-        out.emplace_back();
     }
+    if (!s.not_shown.empty()) out.push_back(s.not_shown);
+    if (live || !s.not_shown.empty()) out.emplace_back();
     out.push_back(pad("MUTEX", wm) + "  " + pad("OWNER", wo) + "  " + pad("STATE", 10) + "  " + pad("TIME LEFT", 9) +
-                  "  FENCE");
+                  "  " + pad("FENCE", 6) + "  WAITING");
     std::vector<std::string> tail;
-    if (!s.semaphores.empty()) {
+    auto section = [&tail](const std::string& title, const std::vector<std::string>& rows) {
+        if (rows.empty()) return;
         tail.emplace_back();
-        tail.push_back("SEMAPHORE");
-        tail.insert(tail.end(), s.semaphores.begin(), s.semaphores.end());
-    }
+        tail.push_back(title);
+        tail.insert(tail.end(), rows.begin(), rows.end());
+    };
+    section("READ-WRITE LOCK           MODE   HOLDERS", s.rwlocks);
+    section("SEMAPHORE", s.semaphores);
+    section("SESSION", s.sessions);
     // Once, a view has seen nothing change: only the history has something to say.
     if (live || s.from_history) {
         tail.emplace_back();
@@ -182,10 +213,10 @@ std::vector<std::string> render(Screen s, int sort, bool reverse, bool live, int
         const std::string left =
             m.state == "free" ? "-" : format_duration(microseconds(static_cast<std::int64_t>(m.left * 1e6)));
         out.push_back(pad(m.mutex, wm) + "  " + pad(m.owner.empty() ? "-" : m.owner, wo) + "  " + pad(m.state, 10) +
-                      "  " + pad(left, 9) + "  " + std::to_string(m.fence));
+                      "  " + pad(left, 9) + "  " + pad(std::to_string(m.fence), 6) + "  " + std::to_string(m.waiting));
     }
     if (rows < s.mutexes.size()) out.push_back("... " + std::to_string(s.mutexes.size() - rows) + " more");
-    if (s.mutexes.empty()) out.push_back("(no mutexes)");
+    if (s.mutexes.empty()) out.push_back("(no mutexes held, waited for or changed lately)");
     out.insert(out.end(), tail.begin(), tail.end());
     out.insert(out.end(), s.handoffs.begin(), s.handoffs.end());
     if (height > 0 && static_cast<int>(out.size()) > height) out.resize(height);
@@ -229,7 +260,7 @@ int cmd_top(const Args& a) {
     if (interval.count() <= 0) throw UsageError("--interval must be greater than 0");
     int sort = parse_sort(a.sort);
     bool reverse = false;
-    Reader reader(a.dsn);
+    Reader reader(a.dsn, view_filter(a));
     // A setup mistake (no server, no extension, no grant) ends it at once, as the other commands do.
     {
         auto conn = connect(a.dsn, "simba-top");

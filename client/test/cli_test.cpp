@@ -762,6 +762,136 @@ TEST(CliStatus, JsonParsesAndWatchRedraws) {
     EXPECT_EQ(run({"release", "-m", mutex, "-c", "json-holder"}).rc, 0);
 }
 
+// What status and top show by default: what is held, waited for or changed
+// lately, not every name ever used (issue 39, item 3). A database of its
+// own, so that the counts are this test's: 500 rows idle for two hours, and
+// one of each thing that must show.
+TEST(CliStatus, ShowsWhatIsLiveNotEveryIdleRow) {
+    auto root = admin();
+    ScratchDatabase db(*root, "simba_cli_status");
+    const std::string dsn = db.conninfo();
+    std::string session;
+    {
+        auto c = admin(dsn);
+        pqxx::nontransaction tx(*c);
+        tx.exec0("INSERT INTO simba_mutex (mutex, version, fence, released_at)"
+                 " SELECT 'idle-' || i, 1, i, now() - interval '2 hours' FROM generate_series(1, 500) i");
+        tx.exec("SELECT simba_acquire('job-held', 'worker-1', '1h', '1h')");
+        tx.exec("SELECT simba_acquire('job-done', 'worker-2', '1h', '1h')");
+        tx.exec("SELECT simba_release('job-done', 'worker-2')");
+        tx.exec("SELECT simba_fair_acquire('fair-m', 'h', '1h', '1h')");
+        tx.exec("SELECT simba_fair_acquire('fair-m', 'queued-w', '1h', '1h')");
+        tx.exec("SELECT simba_fair_release('fair-m', 'h')");
+        tx.exec("SELECT simba_rwlock_acquire('rw-read', 'reader-1', 'read', '1h', '1h')");
+        tx.exec("SELECT simba_rwlock_acquire('rw-free', 'reader-2', 'read', '1h', '1h')");
+        tx.exec("SELECT simba_rwlock_release('rw-free', 'reader-2')");
+        tx.exec("SELECT simba_semaphore_acquire('sem-k', 'permit-holder', 2, '1h')");
+        session = tx.exec1("SELECT session_id FROM simba_session_open('1h', '1h')")[0].as<std::string>();
+        tx.exec_params("SELECT simba_acquire('sess-m', 'worker-3', session_id => $1)", session);
+    }
+    const auto has = [](const std::string& out, const std::string& what) {
+        return out.find(what) != std::string::npos;
+    };
+
+    // By default: each live thing once, the idle rows counted in one line.
+    auto s = run({"status", "--dsn", dsn});
+    ASSERT_EQ(s.rc, 0) << s.err;
+    for (const char* live : {"job-held", "worker-1", "job-done", "fair-m", "rw-read", "reader-1", "sem-k",
+                             "permit-holder", "sess-m"})
+        EXPECT_TRUE(has(s.out, live)) << live << " missing:\n" << s.out;
+    EXPECT_TRUE(has(s.out, session)) << s.out;
+    EXPECT_FALSE(has(s.out, "idle-")) << s.out;
+    EXPECT_FALSE(has(s.out, "rw-free")) << s.out;
+    EXPECT_TRUE(has(s.out, "(not shown: 500 idle mutexes, 1 free read-write locks; --all shows them)")) << s.out;
+    EXPECT_LT(lines(s.out).size(), 25u) << s.out;
+    // The fair waiter is counted on its mutex.
+    for (auto& l : lines(s.out))
+        if (l.rfind("fair-m ", 0) == 0) {
+            EXPECT_EQ(l.back(), '1') << l;
+        }
+
+    // --all: every row; --pattern: by name (a glob), sessions left out.
+    auto all = run({"status", "--all", "--dsn", dsn});
+    ASSERT_EQ(all.rc, 0) << all.err;
+    EXPECT_TRUE(has(all.out, "idle-500")) << all.out.substr(0, 2000);
+    EXPECT_TRUE(has(all.out, "rw-free"));
+    EXPECT_FALSE(has(all.out, "not shown"));
+    EXPECT_GT(lines(all.out).size(), 500u);
+    auto jobs = run({"status", "--pattern", "job-*", "--dsn", dsn});
+    ASSERT_EQ(jobs.rc, 0) << jobs.err;
+    EXPECT_TRUE(has(jobs.out, "job-held") && has(jobs.out, "job-done")) << jobs.out;
+    EXPECT_FALSE(has(jobs.out, "fair-m") || has(jobs.out, "rw-read") || has(jobs.out, session)) << jobs.out;
+    auto only_idle = run({"status", "--pattern", "idle-*", "--dsn", dsn});  // nothing to show, all counted
+    ASSERT_EQ(only_idle.rc, 0) << only_idle.err;
+    EXPECT_FALSE(has(only_idle.out, "idle-")) << only_idle.out;
+    EXPECT_TRUE(has(only_idle.out, "(not shown: 500 idle mutexes; --all shows them)")) << only_idle.out;
+    auto tens = run({"status", "--all", "--pattern", "idle-1?", "--dsn", dsn});
+    ASSERT_EQ(tens.rc, 0) << tens.err;
+    std::size_t idle_rows = 0;
+    for (auto& l : lines(tens.out)) idle_rows += l.rfind("idle-1", 0) == 0;
+    EXPECT_EQ(idle_rows, 10u) << tens.out;
+    // --recent 0s: the mutex released a moment ago counts as idle too.
+    auto now_only = run({"status", "--recent", "0s", "--dsn", dsn});
+    ASSERT_EQ(now_only.rc, 0) << now_only.err;
+    EXPECT_FALSE(has(now_only.out, "job-done")) << now_only.out;
+    EXPECT_TRUE(has(now_only.out, "501 idle mutexes")) << now_only.out;
+
+    // JSON: the same filter, every kind, and what was left out.
+    auto j = run({"status", "--json", "--dsn", dsn});
+    ASSERT_EQ(j.rc, 0) << j.err;
+    const auto v = nlohmann::json::parse(j.out);
+    std::vector<std::string> names;
+    for (auto& m : v.at("mutexes")) names.push_back(m.at("mutex").get<std::string>());
+    EXPECT_EQ(names, (std::vector<std::string>{"fair-m", "job-done", "job-held", "sess-m"})) << j.out;
+    for (auto& m : v.at("mutexes")) {
+        if (m.at("mutex") == "fair-m") {
+            EXPECT_EQ(m.at("waiting").get<int>(), 1);
+        } else if (m.at("mutex") == "job-done") {
+            EXPECT_TRUE(m.at("idle_since").is_string());
+        } else if (m.at("mutex") == "job-held") {
+            EXPECT_TRUE(m.at("idle_since").is_null());
+        }
+    }
+    ASSERT_EQ(v.at("rwlocks").size(), 1u) << j.out;
+    EXPECT_EQ(v.at("rwlocks")[0].at("holders"), nlohmann::json::array({"reader-1"}));
+    ASSERT_EQ(v.at("sessions").size(), 1u) << j.out;
+    EXPECT_EQ(v.at("sessions")[0].at("session_id").get<std::string>(), session);
+    EXPECT_EQ(v.at("sessions")[0].at("mutexes").get<int>(), 1);
+    EXPECT_EQ(v.at("not_shown").at("mutexes").get<int>(), 500);
+    EXPECT_EQ(v.at("semaphores").size(), 1u);
+
+    // top, once (stdout is not a terminal): the same things, short.
+    auto t = run({"top", "--dsn", dsn});
+    ASSERT_EQ(t.rc, 0) << t.err;
+    for (const char* live : {"job-held", "job-done", "fair-m", "rw-read", "sem-k", "sess-m"})
+        EXPECT_TRUE(has(t.out, live)) << live << " missing:\n" << t.out;
+    EXPECT_TRUE(has(t.out, session)) << t.out;
+    EXPECT_FALSE(has(t.out, "idle-")) << t.out;
+    EXPECT_TRUE(has(t.out, "not shown: 500 idle mutexes")) << t.out;
+    EXPECT_LT(lines(t.out).size(), 25u) << t.out;
+    auto t_all = run({"top", "--all", "--pattern", "idle-*", "--dsn", dsn});
+    ASSERT_EQ(t_all.rc, 0) << t_all.err;
+    std::size_t top_idle = 0;
+    for (auto& l : lines(t_all.out)) top_idle += l.rfind("idle-", 0) == 0;
+    EXPECT_EQ(top_idle, 500u);
+
+    // The DBA's gc takes the idle rows and nothing live.
+    {
+        auto c = admin(dsn);
+        pqxx::nontransaction tx(*c);
+        EXPECT_EQ(tx.exec1("SELECT simba_mutex_gc('1 hour')")[0].as<long long>(), 500);
+    }
+    auto after = run({"status", "--all", "--dsn", dsn});
+    ASSERT_EQ(after.rc, 0) << after.err;
+    EXPECT_FALSE(has(after.out, "idle-")) << after.out;
+    EXPECT_TRUE(has(after.out, "job-held") && has(after.out, "fair-m") && has(after.out, "sess-m")) << after.out;
+
+    // Bad options: usage errors.
+    EXPECT_EQ(run({"status", "--pattern", "", "--dsn", dsn}).rc, 64);
+    EXPECT_EQ(run({"status", "--recent", "soon", "--dsn", dsn}).rc, 64);
+    EXPECT_EQ(run({"top", "--recent", "-1s", "--dsn", dsn}).rc, 64);
+}
+
 // ---------------------------------------------------------------- metrics
 
 TEST(CliMetrics, ServerExpositionParsesAndCounts) {

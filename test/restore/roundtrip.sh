@@ -94,6 +94,9 @@ SELECT 'rwlock-holder', rwlock, owner_id, owner_role, mode, fence, acquired_at, 
   FROM simba_rwlock_holder ORDER BY rwlock, owner_id;
 SQL
 }
+# the collector's state (when it last ran): not dumped, a restored database
+# is collected at its next interval
+q -d $src -c "INSERT INTO simba_gc_state (last_run) VALUES (now())"
 describe $src >"$work/src.state"
 read -r max_fence max_id max_permit_fence max_rw_fence <<<"$(q -d $src -F ' ' -c "
   SELECT (SELECT last_value FROM simba_mutex_fence),
@@ -110,6 +113,8 @@ verify() { # label db
   check "$label: server never restarted" "$started" "$(q -d postgres -c "SELECT pg_postmaster_start_time()")"
   check "$label: every mutex, history row and permit restored as it was" \
     "$(md5sum <"$work/src.state")" "$(md5sum <"$work/$label.state")"
+  check "$label: the collector's state is not restored: it collects at its next interval" "0" \
+    "$(q -d "$db" -c "SELECT count(*) FROM simba_gc_state")"
   local fence
   fence=$(q -d "$db" -c "SELECT fence FROM simba_mutex WHERE mutex = 'live-1'")
   check "$label: the live lease's holder (its role) renews it, same fence" "w1 $app $fence" \
