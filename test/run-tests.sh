@@ -14,8 +14,10 @@ if [ "${1:-}" != --suites ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
+  # Examples named too: make's build above cached them off (with the tests),
+  # and ops.prometheus needs one.
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
-    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
+    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build build -j2
   echo "simba: setup and build took $SECONDS s"
   exec test/with-cluster.sh "$0" --suites
