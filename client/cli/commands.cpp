@@ -85,6 +85,7 @@ StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f) {
     const std::string every = "($3 OR $1::text IS NOT NULL OR ";
     // One scan of the view for the rows shown and the count of the rest: the
     // first row is a shown one if any (else one hidden row, dropped here).
+    // Held and in transition first, then free with waiters, then lately freed.
     auto rows = tx.exec_params(
         std::string("SELECT mutex, owner_id, state, time_left, fence, version, acquired_at, ttl_at, transition_at,"
                     " waiting, idle_since, shown, hidden FROM ("
@@ -95,7 +96,7 @@ StatusSnapshot read_snapshot(pqxx::connection& c, const ViewFilter& f) {
                     " count(*) FILTER (WHERE NOT shown) OVER () AS hidden,"
                     " row_number() OVER (ORDER BY shown DESC) AS n"
                     " FROM (SELECT *, " + every + kMutexShown + ") AS shown FROM simba_mutex_status WHERE ") +
-            kMutexNamed + ") AS v) AS w WHERE shown OR n = 1 ORDER BY mutex",
+            kMutexNamed + ") AS v) AS w WHERE shown OR n = 1 ORDER BY state = 'free', waiting = 0, mutex",
         SIMBA_CLI_FILTER_ARGS);
     for (auto r : rows) {
         s.hidden_mutexes = r[12].as<long long>(0);
