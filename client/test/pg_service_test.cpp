@@ -1140,8 +1140,12 @@ TEST(ThousandServices, TwoConnectionsAndBoundedThreads) {
 // lost, all stop and release. Its own ctest entry (TIMEOUT 300);
 // test/tsan/run.sh leaves it out (-E ThousandServices).
 TEST(HundredThousandServices, AllOwnRenewAndStop) {
-    auto db = admin();
-    simba::pg::ContendServiceFactory factory("", test_options("hk"));
+    // A database of its own: its 100,000 rows would slow every other test's
+    // scan of the shared one (simba status took over 10 s after it).
+    auto root = admin();
+    ScratchDatabase scratch(*root, "hk");
+    auto db = admin(scratch.conninfo());
+    simba::pg::ContendServiceFactory factory(scratch.conninfo(), test_options("hk"));
     const int n = env_int("SIMBA_HUNDRED_THOUSAND_SERVICES", 100000);
     const auto prefix = unique_name("hk");
     std::atomic<int> acquired{0}, released{0};
