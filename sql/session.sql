@@ -146,8 +146,9 @@ SELECT mode, granted, fence FROM simba_rwlock_acquire('nr', 'b', 'write', '1h', 
 SELECT mode, granted, fence FROM simba_rwlock_acquire('nw', 'b', 'read', '1h', '0s');
 RESET ROLE;
 
--- collection: the ended session's row goes; what it held still is over
-SELECT simba_session_gc() AS collected;
+-- collection: the ended session's row goes; what it held still is over (at
+-- least one: under valgrind an earlier test's session may have ended too)
+SELECT simba_session_gc() >= 1 AS collected;
 SELECT count(*) AS sessions FROM simba_session_lease WHERE session_id = :'sid';
 SELECT count(*) AS referring FROM simba_mutex WHERE session_id = :'sid';
 SELECT count(*) AS referring_holds FROM simba_rwlock_holder WHERE session_id = :'sid';
