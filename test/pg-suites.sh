@@ -45,7 +45,7 @@ done
 
 rm -rf output_suites
 mkdir -p output_suites
-# One run: "regress:a b c" or "isolation:name", its output in a file of its
+# One run: "regress:a b c" or "isolation:a b c", its output in a file of its
 # own, shown when it ends (whole if it failed).
 run() {
   local kind=${1%%:*} tests=${1#*:} dir log rc=0
@@ -53,7 +53,6 @@ run() {
   mkdir -p "$dir"
   log=$dir/run.log
   if [ "$kind" = regress ]; then
-    # shellcheck disable=SC2086
     # contrib_regression, which the expected outputs name; its runs are one after another
     make -s installcheck ISOLATION= REGRESS="$tests" EXTRA_REGRESS_OPTS="--outputdir=$dir" >"$log" 2>&1 || rc=$?
   else
