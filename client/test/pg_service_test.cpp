@@ -528,7 +528,7 @@ TEST(KilledConnection, OnReleasedBeforeTransitionAtThenReacquiredAfterReconnect)
     // Given up 200 ms before the server's end, not the default 20 ms: a
     // busy 2-core machine (ctest -j, TSan) delays a timer's thread by tens
     // of milliseconds, and the test is about the deadline rule, not about
-    // the scheduler. A client that ignored the margin still fails it.
+    // the scheduler. A deadline past the server's end still fails it.
     auto options = lease(600ms, 400ms);
     options.release_margin = 200ms;
     auto sa = factory.create(a, options);
