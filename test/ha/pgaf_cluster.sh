@@ -78,6 +78,13 @@ pgaf_primary() { # [except]
       AND nodename <> '${1:-}' ORDER BY nodename LIMIT 1" 2>/dev/null || true
 }
 
+# Whether the monitor has begun a failover: a node assigned a state of the
+# election (report_lsn, fast_forward, prepare_promotion, ...).
+pgaf_failing_over() {
+  [ "$(pgaf_monitor_sql "SELECT count(*) FROM pgautofailover.node
+    WHERE goalstate NOT IN ('primary', 'wait_primary', 'secondary', 'catchingup')" 2>/dev/null)" -gt 0 ] 2>/dev/null
+}
+
 # Healthy: the monitor answers and has one node in state primary and the
 # other two in state secondary (reported as assigned); every node's pg_autoctl
 # runs; that primary's PostgreSQL is a primary with both standbys streaming

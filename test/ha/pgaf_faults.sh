@@ -22,7 +22,9 @@
 #   pause             SIGSTOP its postmaster and backends (pg_autoctl keeps
 #                     running) until the monitor promoted another node, or
 #                     for unhealthy + primary_demote_timeout + 15 s (30 s)
-#                     at most, then SIGCONT. Healed at SIGCONT. (A keeper
+#                     at most, then SIGCONT (or once a failover the
+#                     monitor began meanwhile ends: README.md, finding 4).
+#                     Healed at SIGCONT. (A keeper
 #                     that keeps reporting "PostgreSQL is running" can keep
 #                     the monitor from failing over: see README.md.)
 #   client-partition  as in faults.sh: its client proxy blackholes 4 s, then
@@ -125,7 +127,18 @@ case "$kind" in
     # shellcheck disable=SC2086
     kill -STOP $pids
     paused_s=$((HA_UNHEALTHY_S + HA_DEMOTE_S + 15))
-    wait_new_primary "$paused_s" && took="$new primary" || took="no new primary in $paused_s s"
+    if wait_new_primary "$paused_s"; then
+      took="$new primary"
+    elif pgaf_failing_over; then
+      # The monitor began a failover late in the freeze. Woken now, the old
+      # primary reports the most WAL, is picked as the candidate and told to
+      # fast-forward from itself, and the formation never gets a primary
+      # again (README.md, finding 4): stay frozen until the failover ends.
+      wait_new_primary "$failover_s" && took="$new primary (failover begun late)" ||
+        took="no new primary in $((paused_s + failover_s)) s, a failover begun"
+    else
+      took="no new primary in $paused_s s"
+    fi
     # shellcheck disable=SC2086
     kill -CONT $pids
     echo "healed postgres of $old SIGSTOPped $(ha_since "$t0") ($(wc -w <<<"$pids") processes), $took"

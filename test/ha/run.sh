@@ -152,9 +152,11 @@ echo "ha: $manager: $(for n in $ha_nodes; do printf '%s pg %s (clients via %s) '
 hosts="" ports=""
 for n in $ha_nodes; do hosts+="${hosts:+,}127.0.0.1"; ports+="${ports:+,}$(ha_var CLIENT_PORT "$n")"; done
 conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgres user=postgres"
+# A fault may wait 90 s for health, then last 75 s (pgaf's pause, a failover
+# begun late): its script, killed at the bound, would leave a node stopped.
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
   --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
-  --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$ha_fault_script" --fault-timeout-s 120
+  --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$ha_fault_script" --fault-timeout-s 200
   --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000
   --worker-arg=--rwlock --worker-arg chaos-rw --worker-arg=--multi --worker-arg chaos-b,chaos-c,chaos-m
   --worker-arg=--fair --worker-arg chaos-fair --targets chaos-m,chaos-fair --rwlocks chaos-rw)
