@@ -50,8 +50,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-std::int64_t us(SteadyClock::time_point t) { return duration_cast<microseconds>(t.time_since_epoch()).count(); }
-
 /// One read of a service's ownership: what it claimed at some instant in
 /// [t0, t1] (boot clock, microseconds).
 struct Sample {
@@ -138,26 +136,6 @@ struct Tenure {
     bool released = false;
     int versions = 0;
 };
-
-/// Server time (simba's clock) minus the client's boot clock, both in
-/// microseconds: simba's clock counts CLOCK_BOOTTIME from one origin, so
-/// the difference is constant; measured within [lo, hi].
-struct Offset {
-    std::int64_t lo = 0, hi = 0;
-};
-
-Offset calibrate(pqxx::connection& c) {
-    Offset best{0, std::numeric_limits<std::int64_t>::max() / 4};
-    pqxx::nontransaction tx(c);
-    for (int i = 0; i < 50; ++i) {
-        const auto b0 = us(SteadyClock::now());
-        const auto s = tx.exec1("SELECT (extract(epoch FROM c.now) * 1000000)::int8 FROM simba_clock() c")[0]
-                           .as<std::int64_t>();
-        const auto b1 = us(SteadyClock::now());
-        if (b1 - b0 < best.hi - best.lo) best = Offset{s - b1, s - b0};
-    }
-    return best;
-}
 
 /// The test's own record of every committed version of the mutex rows and
 /// of every release, with simba's clock at the release; and of every
