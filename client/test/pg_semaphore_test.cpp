@@ -131,8 +131,8 @@ TEST(Semaphore, KilledConnectionLosesThePermitByItsDeadline) {
     simba::pg::ContendServiceFactory factory(conninfo, opts);
     // Given up 200 ms before the server's end (capped at ttl/10: 80 ms), not
     // the default 20 ms: a busy 2-core machine (ctest -j, TSan) delays a
-    // timer's thread by tens of milliseconds; a client that ignored the
-    // margin still fails the test.
+    // timer's thread by tens of milliseconds; a deadline past the server's
+    // end still fails the test.
     simba::SemaphoreOptions margin;
     margin.release_margin = 200ms;
     Semaphore sem(factory, simba::ContenderId::host(), margin);
