@@ -1,5 +1,7 @@
 #include "connections.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
 
 #include "conninfo.hpp"
@@ -23,12 +25,19 @@ Connections::Connections(const FactoryOptions& options, std::string conninfo, st
       stmt_timeout_ms_(options.statement_timeout.count()),
       listen_backoff_(options.reconnect_initial) {}
 
-bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
+bool Connections::connect(std::unique_lock<std::mutex>& io_lock) { return connect_to(io_lock, conninfo_, true); }
+
+bool Connections::connect_for_shutdown(std::unique_lock<std::mutex>& io_lock) {
+    const auto limit = std::chrono::ceil<std::chrono::seconds>(options_.shutdown_timeout);
+    return connect_to(io_lock, with_connect_timeout(shutdown_info_.empty() ? conninfo_ : shutdown_info_, limit), false);
+}
+
+bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::string& conninfo, bool listen) {
     std::unique_ptr<pqxx::connection> fresh;
     std::string failure;
     io_lock.unlock();
     try {
-        fresh = std::make_unique<pqxx::connection>(conninfo_);
+        fresh = std::make_unique<pqxx::connection>(conninfo);
     } catch (const std::exception& e) {
         failure = e.what();
     }
@@ -36,6 +45,8 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
     try {
         if (!fresh) throw std::runtime_error(failure);
         stmt_ = std::move(fresh);
+        // Shutdown reconnects to the host reached last, not down the list.
+        shutdown_info_ = pin_host(conninfo_, stmt_->hostname(), stmt_->port());
         open_.store(1);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -58,7 +69,7 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
         }
         set_up(true);
         listen_backoff_ = options_.reconnect_initial;
-        open_listen();
+        if (listen) open_listen();
         return true;
     } catch (const std::exception& e) {
         drop();
@@ -69,6 +80,10 @@ bool Connections::connect(std::unique_lock<std::mutex>& io_lock) {
             connect_error_permanent_ = permanent_sqlstate(state);
         }
         state_cv_.notify_all();
+        if (!listen) {  // shutdown's one try
+            log(LogLevel::error, "connect at shutdown failed: " + trimmed_message(e.what()));
+            return false;
+        }
         const auto wait = next_backoff();
         log(LogLevel::error,
             "connect failed: " + trimmed_message(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
@@ -85,6 +100,25 @@ bool Connections::statement_failed(const std::exception& e, const std::string& w
     log(LogLevel::error, trimmed_message(msg + ": " + e.what()));
     if (lost) this->lost();
     return lost;
+}
+
+bool Connections::probe() {
+    if (!up_ || !stmt_) return up_;
+    std::string why = "end of stream";
+    try {
+        // A goodbye (FATAL 57P01) is read first, the end of the stream next.
+        for (int reads = 0; reads < 3 && stmt_->is_open(); ++reads) {
+            pollfd p{stmt_->sock(), POLLIN, 0};
+            if (::poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR))) return true;
+            stmt_->get_notifs();  // reads what came; throws once the connection is gone
+        }
+        if (stmt_->is_open()) return true;  // something keeps talking: looked at again next time
+    } catch (const std::exception& e) {
+        why = trimmed_message(e.what());
+    }
+    log(LogLevel::error, "statement connection lost while idle (the server closed it): " + why);
+    lost();
+    return false;
 }
 
 void Connections::lost() {
@@ -207,6 +241,13 @@ void Connections::listen_failed() {
 bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
     if (listen_stale_) {  // a caller's thread lost the connections
         close_listen();
+    } else if (broke && listen_.lost() && up_) {
+        // The server ended the LISTEN connection: it ended the statement
+        // connection too (a pooler or server restart, a failover,
+        // pg_terminate_backend), which would only be found dead at its next
+        // statement. Both go, and both reconnect (README, "Failures").
+        log(LogLevel::error, "LISTEN connection lost: " + listen_.error() + "; dropping the statement connection too");
+        lost();
     } else if (broke) {
         listen_failed();
     } else if (!listen_ready_ && listen_.ready()) {

@@ -2,8 +2,11 @@
 // connection (libpqxx, blocking statements under the StatementWatchdog)
 // connects without io_m and reconnects with jittered exponential backoff,
 // reset only by a statement that succeeded. The LISTEN connection
-// (listen_connection.hpp, asynchronous) follows it to the same server and
-// fails and reconnects on its own. See docs/design.md, "Bounded waits".
+// (listen_connection.hpp, asynchronous) follows it to the same server; one
+// that misses a deadline reconnects on its own, one the server closed takes
+// the statement connection with it (as a lost statement connection takes
+// LISTEN), and an idle statement connection the server closed is seen on
+// its socket (probe()). See docs/design.md, "Bounded waits".
 //
 // I/O state, guarded by the factory's io_m, except where a member says so.
 #pragma once
@@ -40,6 +43,10 @@ public:
     /// LISTEN. Returns whether it is up; on failure the next try is after
     /// the backoff.
     bool connect(std::unique_lock<std::mutex>& io_lock);
+    /// Shutdown's one reconnect (FactoryOptions::shutdown_timeout): now,
+    /// without LISTEN, libpq's connect_timeout cut to that limit (at least
+    /// 2 s, libpq's floor) and pinned to the host last reached.
+    bool connect_for_shutdown(std::unique_lock<std::mutex>& io_lock);
     [[nodiscard]] bool up() const { return up_; }
     /// Time for the next connect attempt (while down).
     [[nodiscard]] bool connect_due(SteadyClock::time_point now) const { return !up_ && now >= next_connect_.load(); }
@@ -60,6 +67,16 @@ public:
     [[nodiscard]] SteadyClock::duration statement_deadline() const;
     /// Closes both (any thread holding io_m).
     void drop();
+    /// I/O thread, io_m held (nobody else is using the statement connection):
+    /// whether the idle statement connection is still there. An idle one
+    /// has nothing to read; if its socket is readable, what it holds is
+    /// read: a server that closed it (pg_terminate_backend, a pooler
+    /// restart, idle_session_timeout) said so and hung up, so it is dropped
+    /// with LISTEN (false) now rather than found dead at its next statement.
+    bool probe();
+    /// The statement connection's socket, -1 while down (io_m held): the I/O
+    /// thread polls it while it sleeps, to probe() it as soon as it stirs.
+    [[nodiscard]] int stmt_sock() const { return up_ && stmt_ ? stmt_->sock() : -1; }
 
     // ---------------------------------------------------- LISTEN connection
     /// At the top of the I/O loop (io_m held): applies what happened to
@@ -103,6 +120,7 @@ private:
     void lost();
     std::chrono::milliseconds next_backoff();
     void apply_statement_timeout();
+    bool connect_to(std::unique_lock<std::mutex>& io_lock, const std::string& conninfo, bool listen);
     void open_listen();
     void close_listen();
     void listen_failed();
@@ -110,6 +128,7 @@ private:
     const FactoryOptions& options_;
     const std::string conninfo_;
     const std::string listen_info_;  // empty: poll only
+    std::string shutdown_info_;      // conninfo_ for connect_for_shutdown()
     StatementWatchdog& watchdog_;
     std::thread::id io_id_;
 

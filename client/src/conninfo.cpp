@@ -75,6 +75,12 @@ std::string pin_host(const std::string& conninfo, const char* host, const char* 
     return render(kv);
 }
 
+std::string with_connect_timeout(const std::string& conninfo, std::chrono::seconds timeout) {
+    Params kv = parse(conninfo);
+    kv["connect_timeout"] = std::to_string(std::max<std::int64_t>(2, timeout.count()));
+    return render(kv);
+}
+
 int host_count(const std::string& conninfo) {
     Params kv = parse(conninfo);
     auto it = kv.find("host");

@@ -21,6 +21,8 @@ std::chrono::seconds connect_timeout(const FactoryOptions& o);
 /// `conninfo` with its host (and port, when given) replaced by this one:
 /// where a connection that came before it landed.
 std::string pin_host(const std::string& conninfo, const char* host, const char* port);
+/// `conninfo` with libpq's connect_timeout set to `timeout` (at least 2 s).
+std::string with_connect_timeout(const std::string& conninfo, std::chrono::seconds timeout);
 /// How many hosts a connection string lists (1 when it names none).
 int host_count(const std::string& conninfo);
 

@@ -130,6 +130,23 @@ void Contention::pay_owed(SteadyClock::time_point now) {
     }
 }
 
+bool Contention::unfinished() {
+    if (!owed_.empty() || !registry_.all().empty()) return true;
+    for (auto& [key, l] : sessions_.all())
+        if (l.is_open()) return true;
+    return false;
+}
+
+void Contention::pay_owed_at_exit() {
+    for (auto& o : owed_) o.at = {};
+    pay_owed(SteadyClock::now());
+    for (auto& o : owed_)
+        log(LogLevel::error, o.what + ": not sent before the factory shut down (" +
+                                 (conn_.up() ? "it failed; its session's close releases it)"
+                                             : "no connection; it lapses with its session on the server)"));
+    owed_.clear();
+}
+
 /// Releases `owners` by id, one statement per kReleaseBatchMax of them, in
 /// mutex order (as batched acquires lock rows: two processes' statements
 /// never deadlock); whether each had a live tenure. Throws what a
@@ -333,7 +350,11 @@ void Contention::close_sessions() {
             s->last = MutexOwner::none(s->mutex);
             s->unknown = false;
         }
-        if (conn_.up()) close_session(l, "the factory shuts down");
+        if (conn_.up())
+            close_session(l, "the factory shuts down");
+        else
+            log(LogLevel::error, "session " + l.proof.id +
+                                     " not closed at shutdown (no connection): what it holds lapses at its end");
     }
 }
 

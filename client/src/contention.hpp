@@ -62,6 +62,13 @@ public:
     /// session's keepalives would keep it for good): `pay` sends it again
     /// (throwing what its statement throws) until it succeeds.
     void owe(std::function<void(pqxx::connection&)> pay, std::string what);
+    /// Shutdown: something is left to send (an owed release, a session to
+    /// close, a running service to release).
+    [[nodiscard]] bool unfinished();
+    /// Shutdown: sends every owed release now, whatever its retry time;
+    /// what cannot be sent is logged and forgotten (it lapses with its
+    /// session on the server).
+    void pay_owed_at_exit();
     /// When the next attempt, keepalive or owed release is due.
     SteadyClock::time_point next_due() {
         auto at = std::min(queue_.next_due(), sessions_.next_due());

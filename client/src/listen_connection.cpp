@@ -18,6 +18,7 @@ bool ListenConnection::open(const std::string& conninfo, SteadyClock::time_point
                             SteadyClock::duration connect_deadline) {
     close();
     error_.clear();
+    lost_ = false;
     conn_ = PQconnectStart(conninfo.c_str());
     if (!conn_) return fail("out of memory");
     if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
@@ -138,8 +139,10 @@ void ListenConnection::names_done(SteadyClock::time_point now, bool first, Heard
     refused_.clear();
 }
 
-bool ListenConnection::fail(const std::string& what) {
+bool ListenConnection::fail(const std::string& what, const std::string& sqlstate) {
     error_ = what;
+    lost_ = (state_ == State::listening || state_ == State::ready) &&
+            (PQstatus(conn_) == CONNECTION_BAD || sqlstate.rfind("08", 0) == 0 || sqlstate.rfind("57P", 0) == 0);
     close();
     return false;
 }
@@ -230,7 +233,7 @@ bool ListenConnection::read_results(SteadyClock::time_point now, Heard& heard) {
                 msg += " (this process no longer registers its waits: under simba.notify = registered it polls)";
             }
         }
-        if (!ok) return fail("LISTEN failed: " + msg);
+        if (!ok) return fail("LISTEN failed: " + msg, sqlstate);
     }
     while (PGnotify* n = PQnotifies(conn_)) {
         const std::string channel = n->relname;

@@ -92,11 +92,16 @@ public:
     /// When step() must run at the latest (a deadline or a ping falls due).
     [[nodiscard]] SteadyClock::time_point next_step(SteadyClock::duration ping_interval) const;
     [[nodiscard]] const std::string& error() const { return error_; }
+    /// The last failure lost an established connection (the server closed
+    /// it or said it ends: 08xxx, 57Pxx), not a deadline or a connect: the
+    /// server side of the factory is gone, the statement connection's too
+    /// (a pooler restart, a failover, pg_terminate_backend).
+    [[nodiscard]] bool lost() const { return lost_; }
 
 private:
     enum class State { closed, connecting, listening, ready };
 
-    bool fail(const std::string& what);
+    bool fail(const std::string& what, const std::string& sqlstate = {});
     bool send_listen(SteadyClock::time_point now, SteadyClock::duration reply_deadline);
     bool read_results(SteadyClock::time_point now, Heard& heard);
     void names_sql(SteadyClock::time_point now, std::string& sql);  // want_m_ held
@@ -110,6 +115,7 @@ private:
     SteadyClock::time_point deadline_{};       // of the connect or the reply in flight
     SteadyClock::time_point last_reply_{};     // the last exchange that completed
     std::string error_;
+    bool lost_ = false;                        // of the last failure (lost())
 
     mutable std::mutex want_m_;       // a leaf: guards want_ and have_
     std::set<std::string> want_;      // channels asked for

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <future>
@@ -93,6 +94,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
         if (o.notify_min_interval.count() <= 0)
             throw InvalidArgumentError("notify_min_interval must be positive", "22023");
+        if (o.shutdown_timeout.count() < 0)
+            throw InvalidArgumentError("shutdown_timeout must not be negative", "22023");
         return o;
     }
 
@@ -329,6 +332,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             auto now = SteadyClock::now();
             if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
             listen_broke = false;
+            connections.probe();  // an idle statement connection the server closed goes now (notice_loss)
             if (connections.up() && !notified.empty()) contention.notified(notified);
             notified.clear();
             if (connections.up() && !registered.empty()) contention.notified(registered, true);
@@ -367,10 +371,40 @@ struct ContendServiceFactory::Core final : detail::Io {
             closed = true;
         }
         run_commands();
+        deliver_before_exit(lock);
         contention.close_sessions();
         contention.stop({contention.registry().all().begin(), contention.registry().all().end()});
         connections.drop();
         io_done = true;
+    }
+
+    /// Shutdown's bounded effort (FactoryOptions::shutdown_timeout): the
+    /// releases a lost connection left owed and the sessions' closes go out
+    /// over one reconnect if need be, rather than lapse with their leases
+    /// (a process that exits right after unlock() hands the lock over now).
+    /// The statements after such a reconnect are cut at that limit too
+    /// (statement_allowance()); on a connection that stayed up they have
+    /// their usual deadlines.
+    void deliver_before_exit(std::unique_lock<std::mutex>& lock) {
+        if (!contention.unfinished()) return;
+        connections.probe();
+        if (!connections.up() && options.shutdown_timeout.count() > 0) {
+            shutdown_by.store(SteadyClock::now() + options.shutdown_timeout);
+            log(LogLevel::info, "shutting down with releases or sessions to send: reconnecting once");
+            connections.connect_for_shutdown(lock);
+        }
+        contention.pay_owed_at_exit();
+    }
+
+    /// How long a statement sent now may take (the watchdog's allowance):
+    /// statement_timeout and a half, cut to what is left of the shutdown's
+    /// limit after shutdown's reconnect.
+    SteadyClock::duration statement_allowance() const {
+        auto d = connections.statement_deadline();
+        const auto by = shutdown_by.load();
+        if (by != SteadyClock::time_point{})
+            d = std::min(d, std::max<SteadyClock::duration>(by - SteadyClock::now(), milliseconds(50)));
+        return d;
     }
 
     /// Sleeps in poll() without io_m (callers may do their round trips
@@ -382,21 +416,28 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto wait = duration_cast<milliseconds>(until - now);
         if (until > now && wait.count() == 0) wait = milliseconds(1);
         poll_until = now + wait;
+        // The idle statement connection too: if the server closes it, the
+        // loop probes it at once (a caller's round trip meanwhile only
+        // wakes the loop once, after it: io_m).
+        const int stmt_fd = connections.stmt_sock();
         lock.unlock();
         for (;;) {
             const bool was_ready = connections.listen_ready_now();
             until = std::min(until, connections.next_wake());
             auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
-            pollfd fds[2] = {{wake_fd, POLLIN, 0}, {connections.listen_sock(), connections.listen_events(), 0}};
-            const int n = fds[1].fd >= 0 ? 2 : 1;
-            const int rc = ::poll(fds, n, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
+            // A negative fd is left out by poll().
+            pollfd fds[3] = {{wake_fd, POLLIN, 0},
+                             {connections.listen_sock(), connections.listen_events(), 0},
+                             {stmt_fd, POLLIN, 0}};
+            const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
             bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
             if (rc > 0 && (fds[0].revents & POLLIN)) {
                 std::uint64_t v;
                 [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
                 woken_up = true;
             }
-            listen_broke = !step_listen(n > 1 ? fds[1].revents : 0);
+            if (rc > 0 && fds[2].revents != 0) woken_up = true;
+            listen_broke = !step_listen(fds[1].fd >= 0 ? fds[1].revents : 0);
             if (woken_up || listen_broke || !notified.empty() || heard || !woken.empty() || !registered.empty() ||
                 connections.listen_ready_now() != was_ready)
                 break;
@@ -407,7 +448,9 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     FactoryOptions options;
     Executor executor;
-    StatementWatchdog watchdog{executor, [this] { return connections.statement_deadline(); }};
+    // Set once the factory is being destroyed: its statements' limit.
+    std::atomic<SteadyClock::time_point> shutdown_by{SteadyClock::time_point{}};
+    StatementWatchdog watchdog{executor, [this] { return statement_allowance(); }};
     Connections connections;
     ServiceEvents events{executor};
     FactoryMetrics metrics;

@@ -50,8 +50,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-std::int64_t us(SteadyClock::time_point t) { return duration_cast<microseconds>(t.time_since_epoch()).count(); }
-
 /// One read of a service's ownership: what it claimed at some instant in
 /// [t0, t1] (boot clock, microseconds).
 struct Sample {
@@ -138,26 +136,6 @@ struct Tenure {
     bool released = false;
     int versions = 0;
 };
-
-/// Server time (simba's clock) minus the client's boot clock, both in
-/// microseconds: simba's clock counts CLOCK_BOOTTIME from one origin, so
-/// the difference is constant; measured within [lo, hi].
-struct Offset {
-    std::int64_t lo = 0, hi = 0;
-};
-
-Offset calibrate(pqxx::connection& c) {
-    Offset best{0, std::numeric_limits<std::int64_t>::max() / 4};
-    pqxx::nontransaction tx(c);
-    for (int i = 0; i < 50; ++i) {
-        const auto b0 = us(SteadyClock::now());
-        const auto s = tx.exec1("SELECT (extract(epoch FROM c.now) * 1000000)::int8 FROM simba_clock() c")[0]
-                           .as<std::int64_t>();
-        const auto b1 = us(SteadyClock::now());
-        if (b1 - b0 < best.hi - best.lo) best = Offset{s - b1, s - b0};
-    }
-    return best;
-}
 
 /// The test's own record of every committed version of the mutex rows and
 /// of every release, with simba's clock at the release; and of every
@@ -246,6 +224,10 @@ struct RunResult {
     std::vector<OwnerHit> owner_hits;
     int ended_by[3] = {0, 0, 0};     // of those, tenures that ended before the next fault
     int moved_after[3] = {0, 0, 0};  // ... and whose next grant went to another service
+    // Each stop of the holder (restarts, owner restarts): how long until the
+    // next tenure was granted (boot clock, microseconds; -1: none before the
+    // next fault), and how long until that next fault.
+    std::vector<std::pair<std::int64_t, std::int64_t>> handovers;
     std::int64_t min_slack_us = std::numeric_limits<std::int64_t>::max();  // claim end to server end
     std::vector<std::string> violations;
 };
@@ -360,6 +342,14 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
         auto holder = granted.find(h.fence);
         auto t = tenures.find(h.fence);
         const auto until = h.fault + 1 < fault_at.size() ? fault_at[h.fault + 1] : stopped_at;
+        if (h.kind != 1 && holder != granted.end()) {
+            // A stop released it: the next tenure starts (on the server)
+            // before the next fault, whoever it goes to.
+            auto next = tenures.upper_bound(h.fence);
+            const auto start = next == tenures.end() ? until : latest_end(next->second.start);
+            res.handovers.emplace_back(start < until ? std::max<std::int64_t>(0, start - fault_at[h.fault]) : -1,
+                                       until - fault_at[h.fault]);
+        }
         if (holder == granted.end() || t == tenures.end() || latest_end(t->second.end) >= until) continue;
         ++res.ended_by[h.kind];
         auto next = granted.upper_bound(h.fence);
@@ -500,6 +490,21 @@ TEST(Ownership, FourFactoriesUnderFaultsNeverTwoOwners) {
                     r.moved_after[0], hits[1], r.ended_by[1], r.moved_after[1], hits[2], r.ended_by[2],
                     r.moved_after[2], r.samples, r.torn, r.same_fence_again, fmt_ms(r.min_slack_us).c_str(),
                     r.violations.size());
+        // Ownership keeps moving: every stop of the holder released it, so a
+        // new tenure begins within a lease (ttl + transition), unless the
+        // next fault came first (issue 39: a release owed on a dead
+        // statement connection waited for its next keepalive).
+        std::int64_t worst = 0;
+        int handed = 0;
+        for (auto [delay, gap] : r.handovers) {
+            handed += delay >= 0;
+            worst = std::max(worst, delay < 0 ? gap : delay);
+            if (delay > 450000 || (delay < 0 && gap > 450000))
+                r.violations.push_back("a stop of the holder was followed by no new tenure for " +
+                                       fmt_ms(delay < 0 ? gap : delay) + " (lease 300 ms + 150 ms)");
+        }
+        std::printf("run %d: %zu stops of the holder, %d handed over before the next fault, slowest %s\n", run,
+                    r.handovers.size(), handed, fmt_ms(worst).c_str());
         std::fflush(stdout);
         for (std::size_t i = 0; i < r.violations.size() && i < 20; ++i)
             ADD_FAILURE() << "run " << run << " (seed " << seed << "): " << r.violations[i];

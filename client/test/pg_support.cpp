@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 
 namespace simba_test {
 
@@ -78,6 +79,23 @@ bool renewed_on_server(pqxx::connection& c, const std::string& mutex, int n, std
             return seen >= n;
         },
         timeout);
+}
+
+std::int64_t us(SteadyClock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+Offset calibrate(pqxx::connection& c) {
+    Offset best{0, std::numeric_limits<std::int64_t>::max() / 4};
+    pqxx::nontransaction tx(c);
+    for (int i = 0; i < 50; ++i) {
+        const auto b0 = us(SteadyClock::now());
+        const auto s = tx.exec1("SELECT (extract(epoch FROM c.now) * 1000000)::int8 FROM simba_clock() c")[0]
+                           .as<std::int64_t>();
+        const auto b1 = us(SteadyClock::now());
+        if (b1 - b0 < best.hi - best.lo) best = Offset{s - b1, s - b0};
+    }
+    return best;
 }
 
 std::string owner_of(pqxx::connection& c, const std::string& mutex) {

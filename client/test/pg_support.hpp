@@ -61,6 +61,20 @@ bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std
 /// on n times. False if that took longer than `timeout`.
 bool renewed_on_server(pqxx::connection& c, const std::string& mutex, int n, std::chrono::milliseconds timeout);
 
+/// A boot-clock time in microseconds (since the clock's epoch).
+std::int64_t us(SteadyClock::time_point t);
+
+/// Server time (simba's clock) minus the client's boot clock, both in
+/// microseconds: simba's clock counts CLOCK_BOOTTIME from one origin, so on
+/// the test's own machine the difference is constant; measured within
+/// [lo, hi]. A client instant t was certainly before server time S if
+/// us(t) + hi < S, certainly after it if us(t) + lo > S.
+struct Offset {
+    std::int64_t lo = 0, hi = 0;
+};
+/// The offset from the quickest of 50 round trips on `c`.
+Offset calibrate(pqxx::connection& c);
+
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);
 

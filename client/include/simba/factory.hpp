@@ -122,6 +122,15 @@ struct FactoryOptions {
     /// false: each tenure and permit is a lease of its own, renewed on its
     /// own (Simba's protocol, the client before 1.4).
     bool sessions = true;
+    /// Destroying the factory while its connection is down, with something
+    /// still to send (a release a lost connection left owed, its sessions'
+    /// closes), makes a bounded effort first: it reconnects once (to the
+    /// host reached last), sends the owed releases and closes the sessions
+    /// (one statement each), all within this long (a connect that hangs:
+    /// libpq's connect_timeout, at least 2 s). What it could not send is
+    /// logged and lapses on the server with its lease. 0: no reconnect at
+    /// shutdown.
+    std::chrono::milliseconds shutdown_timeout{2000};
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one
