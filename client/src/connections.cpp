@@ -14,6 +14,10 @@ namespace simba::pg::detail {
 
 using std::chrono::milliseconds;
 
+namespace {
+constexpr std::chrono::minutes kSetupMistakeLogInterval{1};
+}  // namespace
+
 Connections::Connections(const FactoryOptions& options, std::string conninfo, std::string listen_info,
                          StatementWatchdog& watchdog)
     : options_(options),
@@ -45,6 +49,7 @@ bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::s
     try {
         if (!fresh) throw std::runtime_error(failure);
         stmt_ = std::move(fresh);
+        notices_ = std::make_unique<ServerNotices>(*stmt_);
         // Shutdown reconnects to the host reached last, not down the list.
         shutdown_info_ = pin_host(conninfo_, stmt_->hostname(), stmt_->port());
         open_.store(1);
@@ -97,9 +102,31 @@ bool Connections::statement_failed(const std::exception& e, const std::string& w
                 state.rfind("57P", 0) == 0 || !stmt_ || !stmt_->is_open();
     std::string msg = what + " failed";
     if (!state.empty()) msg += " (SQLSTATE " + state + ")";
+    if (!lost && permanent_sqlstate(state)) {
+        // A setup mistake: the server's first line with simba's hint, not
+        // the statement it quotes, and not at every retry.
+        std::string why = with_setup_hint(state, trimmed_message(e.what()));
+        why = why.substr(0, why.find('\n'));
+        const auto now = SteadyClock::now();
+        if (why == setup_mistake_ && now < setup_mistake_logged_ + kSetupMistakeLogInterval) return false;
+        const bool again = why == setup_mistake_;
+        setup_mistake_ = why;
+        setup_mistake_logged_ = now;
+        log(LogLevel::error, msg + ": " + why + (again ? " (still; said once a minute)" : ""));
+        return false;
+    }
     log(LogLevel::error, trimmed_message(msg + ": " + e.what()));
     if (lost) this->lost();
     return lost;
+}
+
+bool ServerNotices::operator()(const char msg[]) noexcept {
+    try {
+        said = trimmed_message(msg);
+        log(LogLevel::debug, "server: " + said);
+    } catch (...) {  // out of memory: the notice is lost, nothing else
+    }
+    return false;
 }
 
 bool Connections::probe() {
@@ -116,15 +143,19 @@ bool Connections::probe() {
     } catch (const std::exception& e) {
         why = trimmed_message(e.what());
     }
-    log(LogLevel::error, "statement connection lost while idle (the server closed it): " + why);
-    lost();
+    // Routine (idle_session_timeout, a pooler's idle limit, a restart): no
+    // statement failed, and both connections are back within the backoff.
+    // A failed reconnect is what an operator needs to hear of.
+    if (notices_ && !notices_->said.empty()) why = notices_->said;
+    log(LogLevel::info, "the server closed the idle statement connection (" + why + ")");
+    lost(LogLevel::info);
     return false;
 }
 
-void Connections::lost() {
+void Connections::lost(LogLevel level) {
     drop();
     const auto wait = next_backoff();
-    log(LogLevel::error, "connection to the server lost; reconnecting in " + std::to_string(wait.count()) + " ms");
+    log(level, "connection to the server lost; reconnecting in " + std::to_string(wait.count()) + " ms");
 }
 
 /// Schedules the next connect after a jittered backoff (half to all of it,
@@ -170,6 +201,7 @@ void Connections::drop() {
         close_listen();
     else
         listen_stale_ = true;  // the I/O thread may be reading it: it drops it itself
+    notices_.reset();
     stmt_.reset();
     open_.store(0);
     set_up(false);
@@ -246,8 +278,10 @@ bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
         // connection too (a pooler or server restart, a failover,
         // pg_terminate_backend), which would only be found dead at its next
         // statement. Both go, and both reconnect (README, "Failures").
-        log(LogLevel::error, "LISTEN connection lost: " + listen_.error() + "; dropping the statement connection too");
-        lost();
+        // Routine, as in probe(): the reason is what the server said, if anything.
+        const auto& why = listen_.said().empty() ? listen_.error() : listen_.said();
+        log(LogLevel::info, "the server closed the LISTEN connection (" + why + "); dropping the statement connection too");
+        lost(LogLevel::info);
     } else if (broke) {
         listen_failed();
     } else if (!listen_ready_ && listen_.ready()) {

@@ -25,9 +25,21 @@
 
 #include "listen_connection.hpp"
 #include "simba/factory.hpp"
+#include "simba/log.hpp"
 #include "statement_watchdog.hpp"
 
 namespace simba::pg::detail {
+
+/// What the server says on the statement connection outside a statement's
+/// reply (a NOTICE; the FATAL it sends before it closes an idle connection):
+/// logged, where libpqxx would print it on stderr, the last one kept as the
+/// reason a closed connection gives.
+class ServerNotices final : public pqxx::errorhandler {
+public:
+    explicit ServerNotices(pqxx::connection_base& c) : pqxx::errorhandler(c) {}
+    bool operator()(const char msg[]) noexcept override;
+    std::string said;
+};
 
 class Connections {
 public:
@@ -117,7 +129,8 @@ public:
 private:
     std::exception_ptr setup_error_locked() const;
     void set_up(bool v);
-    void lost();
+    /// Drops both connections; the reconnect follows the backoff.
+    void lost(LogLevel level = LogLevel::error);
     std::chrono::milliseconds next_backoff();
     void apply_statement_timeout();
     bool connect_to(std::unique_lock<std::mutex>& io_lock, const std::string& conninfo, bool listen);
@@ -142,6 +155,11 @@ private:
     std::minstd_rand jitter_rng_;
     std::atomic<std::int64_t> stmt_timeout_ms_;
     std::int64_t applied_timeout_ms_ = -1;
+    std::unique_ptr<ServerNotices> notices_;  // on stmt_, destroyed before it
+    // The setup mistake last logged, and when: logged again only when it
+    // changes or a minute has passed (every service retries it each 0.5 s).
+    std::string setup_mistake_;
+    SteadyClock::time_point setup_mistake_logged_{};
 
     ListenConnection listen_;               // the I/O thread's alone (stepped while it sleeps, without io_m)
     std::atomic<bool> listen_ready_{false};  // LISTEN in place (written by the I/O thread)

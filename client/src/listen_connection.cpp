@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "simba/log.hpp"
 #include "statements.hpp"
 
 namespace simba::pg::detail {
@@ -19,8 +20,18 @@ bool ListenConnection::open(const std::string& conninfo, SteadyClock::time_point
     close();
     error_.clear();
     lost_ = false;
+    said_.clear();
     conn_ = PQconnectStart(conninfo.c_str());
     if (!conn_) return fail("out of memory");
+    // libpq prints what the server says outside a reply on stderr unless told otherwise
+    PQsetNoticeProcessor(
+        conn_,
+        [](void* self, const char* msg) {
+            auto& said = static_cast<ListenConnection*>(self)->said_;
+            said = trimmed_message(msg);
+            log(LogLevel::debug, "server, on the LISTEN connection: " + said);
+        },
+        this);
     if (PQstatus(conn_) == CONNECTION_BAD) return fail(trimmed_message(PQerrorMessage(conn_)));
     state_ = State::connecting;
     connect_poll_ = PGRES_POLLING_WRITING;  // libpq's documented first wait

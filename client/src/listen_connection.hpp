@@ -97,6 +97,10 @@ public:
     /// server side of the factory is gone, the statement connection's too
     /// (a pooler restart, a failover, pg_terminate_backend).
     [[nodiscard]] bool lost() const { return lost_; }
+    /// The last thing the server said outside a statement's reply: the
+    /// reason it closed the connection ("FATAL:  terminating connection due
+    /// to idle-session timeout"), if it gave one.
+    [[nodiscard]] const std::string& said() const { return said_; }
 
 private:
     enum class State { closed, connecting, listening, ready };
@@ -116,6 +120,7 @@ private:
     SteadyClock::time_point last_reply_{};     // the last exchange that completed
     std::string error_;
     bool lost_ = false;                        // of the last failure (lost())
+    std::string said_;                         // said()
 
     mutable std::mutex want_m_;       // a leaf: guards want_ and have_
     std::set<std::string> want_;      // channels asked for

@@ -89,10 +89,10 @@ const char* const kSessionKeepaliveSql =
 #undef SIMBA_SESSION_COLUMNS
 const char* const kSessionCloseSql = "SELECT simba_session_close($1::uuid)";
 
-/// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
-/// PREPARE fails (e.g. permission denied on first use), but still throws the
-/// matching class: recover the code from the class then.
 std::string trimmed_message(std::string msg) {
+    // libpqxx's words for a statement on a connection it already dropped
+    if (msg.rfind("Could not obtain client encoding: not connected", 0) == 0)
+        return "not connected: the connection broke or the server closed it";
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     return msg;
 }
@@ -136,9 +136,12 @@ std::string connect_sqlstate(const std::exception& e) {
     if (has("role \"") && has("does not exist")) return "28000";
     if (has("no pg_hba.conf entry")) return "28000";
     if (has("permission denied for database")) return "42501";
-    return {};
+    return "08001";
 }
 
+/// SQLSTATE of a libpqxx error. libpqxx 6.4 drops the SQLSTATE when a lazy
+/// PREPARE fails (e.g. permission denied on first use), but still throws the
+/// matching class: recover the code from the class then.
 std::string sqlstate_of(const std::exception& e) {
     auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
     if (!sql) return {};

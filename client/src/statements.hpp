@@ -92,13 +92,17 @@ std::string trimmed_message(std::string msg);
 /// bad argument, no such database, authentication), so callers are told at
 /// once instead of retrying until their deadline.
 bool permanent_sqlstate(const std::string& sqlstate);
+/// A setup mistake's server message (42883: the extension missing or old;
+/// 42501: no grant) cut to its first line, with what to do about it.
+std::string with_setup_hint(const std::string& sqlstate, const std::string& msg);
 /// `e` (being handled: call it in a catch block) as the matching
 /// simba::Error with the server's message and SQLSTATE; a ConnectionError
 /// (08006) when the statement's connection was `lost`.
 std::exception_ptr typed_error(const std::exception& e, bool lost = false);
 /// The SQLSTATE of a failed connect: libpq reports none for a connection it
 /// could not open, so it is read off libpq's English message where it can
-/// be (3D000, 28P01, 28000, 42501); "" otherwise (no server, say).
+/// be (3D000, 28P01, 28000, 42501); 08001 (sqlclient_unable_to_establish_
+/// sqlconnection) otherwise: no server, say.
 std::string connect_sqlstate(const std::exception& e);
 /// An owner row of kAcquireSql / kRenewSql / kAcquireBatchSql, for a request sent at `anchor`.
 MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock::time_point anchor);

@@ -182,7 +182,7 @@ TEST(LockerErrors, WrongDatabase) {
 
 TEST(LockerErrors, NoServer) {
     // a port nothing listens on, on this machine
-    expect_error<simba::ConnectionError>(lock_error("host=127.0.0.1 port=1 connect_timeout=2"), "", "127.0.0.1");
+    expect_error<simba::ConnectionError>(lock_error("host=127.0.0.1 port=1 connect_timeout=2"), "08001", "127.0.0.1");
 }
 
 TEST(LockerErrors, ATimeoutNamesTheHolder) {

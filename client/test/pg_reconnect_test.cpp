@@ -221,6 +221,36 @@ TEST(Reconnect, AnIdleStatementConnectionTheServerClosedIsFoundAtOnce) {
     EXPECT_EQ(owner_of(*db, m), "") << "released by unlock() itself, on the new connection";
 }
 
+// idle_session_timeout on the server (1 s here, shorter than any renewal
+// interval of a 10 s lease) closes both idle connections again and again:
+// routine, not a fault. The holder keeps its lock, and the factory says
+// nothing above info level, on its log or on stderr (libpq prints what the
+// server says outside a reply there unless told otherwise).
+TEST(Reconnect, IdleSessionTimeoutIsRoutine) {
+    auto db = admin();
+    ScratchDatabase scratch(*db, "idletimeout");
+    {
+        pqxx::nontransaction tx(*db);
+        tx.exec0("ALTER DATABASE " + tx.quote_name(scratch.conninfo().substr(7)) + " SET idle_session_timeout = '1s'");
+    }
+    auto opts = test_options("idletimeout");
+    LogCapture logs;
+    ::testing::internal::CaptureStderr();
+    {
+        simba::pg::ContendServiceFactory factory(scratch.conninfo(), opts);
+        simba::Locker a(factory, unique_name("idletimeout"), "A");
+        a.lock();
+        EXPECT_TRUE(eventually([&] { return factory.connects() >= 4; }, 10s)) << "closed 3 times";
+        EXPECT_TRUE(a.is_owner());
+        a.unlock();
+    }
+    const auto err = ::testing::internal::GetCapturedStderr();  // LogCapture echoes the log there as "[simba ..."
+    EXPECT_EQ(err.find("\nFATAL:"), std::string::npos) << err;
+    EXPECT_NE(err.rfind("FATAL:", 0), 0u) << err;
+    EXPECT_EQ(logs.messages(simba::LogLevel::warning), std::vector<std::string>{});
+    EXPECT_GE(logs.count_containing("idle-session timeout"), 3) << "the reason, at info level";
+}
+
 // The server cannot be reached when the factory is destroyed with a
 // release owed and its session open: the destructor tries once, gives up
 // within FactoryOptions::shutdown_timeout and says what it left undone

@@ -152,7 +152,7 @@ void expect_setup_mistakes_thrown(pqxx::connection& root,
     }
     {
         SCOPED_TRACE("a port nothing listens on");
-        expect_error<simba::ConnectionError>(attempt("host=127.0.0.1 port=1 connect_timeout=2"), "", "127.0.0.1");
+        expect_error<simba::ConnectionError>(attempt("host=127.0.0.1 port=1 connect_timeout=2"), "08001", "127.0.0.1");
     }
 }
 
