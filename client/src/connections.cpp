@@ -223,7 +223,7 @@ std::exception_ptr Connections::setup_error() const {
 }
 
 std::exception_ptr Connections::setup_error_locked() const {
-    return connect_error_permanent_ || connects_.load() == 0 ? connect_error_ : nullptr;
+    return connect_error_permanent_ || (connects_.load() == 0 && !options_.wait_for_server) ? connect_error_ : nullptr;
 }
 
 bool Connections::connected() const {

@@ -155,6 +155,38 @@ TEST(Faults, ALockerReleasedWhileStartingNeverTakesTheLockAfterwards) {
     EXPECT_NO_THROW(taker.acquire(3000ms));
 }
 
+TEST(Faults, WithWaitForServerLockWaitsForAServerNotYetReachable) {
+    // A service started before its database (FactoryOptions::wait_for_server):
+    // every connect hangs until the proxy passes; lock() waits meanwhile
+    // instead of throwing the setup mistake (pg.LockerErrors.NoServer), and
+    // takes the lock once the server answers.
+    REQUIRE_TCP();
+    FaultProxy proxy(tcp_port(), true);
+    LogCapture logs;
+    auto opts = fault_options("wait-server");
+    opts.wait_for_server = true;
+    simba::pg::ContendServiceFactory factory(proxy.conninfo(), opts);
+    simba::Locker locker(factory, unique_name("wait-server"), "L", lease(2000ms, 1000ms));
+    std::atomic<int> outcome{0};  // 1: locked, 2: threw
+    std::thread locking([&] {
+        try {
+            locker.lock();
+            outcome = 1;
+        } catch (const std::exception& e) {
+            std::printf("lock() threw: %s\n", e.what());
+            outcome = 2;
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return logs.count_containing("connect failed") >= 2; }, 15s));
+    EXPECT_EQ(outcome.load(), 0) << "lock() gave up while the server could not be reached";
+    EXPECT_EQ(proxy.command("pass"), "ok\n");
+    EXPECT_TRUE(eventually([&] { return outcome.load() != 0; }, 15s));
+    if (outcome.load() == 0) locker.cancel();
+    locking.join();
+    EXPECT_EQ(outcome.load(), 1);
+    EXPECT_TRUE(locker.is_owner());
+}
+
 TEST(Faults, ABlackholedListenConnectionIsReplacedAndPushWakeUpsResume) {
     // LISTEN is idle by nature: nothing but the factory's ping notices it
     // hung. Within ping interval + statement deadline (+ reconnect) a new

@@ -32,7 +32,11 @@ public:
 
     /// This contender became owner (state.after is the new tenure).
     virtual void on_acquired(const MutexState& state);
-    /// This contender stopped being owner: lost, expired, or released by stop().
+    /// This contender stopped being owner: lost, expired, or released by
+    /// stop(). state.after names the next owner when the server did (a
+    /// forced release, a renewal that found another holder); after stop()
+    /// or a tenure that ran out at its deadline it names nobody (empty
+    /// owner_id): the client did not ask, and another may hold it already.
     virtual void on_released(const MutexState& state);
     /// The held tenure's renewals are failing (a renewal failed, timed out,
     /// or the connection was lost): it is still owner, until lease.deadline

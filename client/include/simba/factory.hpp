@@ -131,6 +131,14 @@ struct FactoryOptions {
     /// logged and lapses on the server with its lease. 0: no reconnect at
     /// shutdown.
     std::chrono::milliseconds shutdown_timeout{2000};
+    /// A server that cannot be reached before the factory's first
+    /// connection is a setup mistake by default: lock(), acquire() and the
+    /// other waits throw its ConnectionError (08001) at once. true: it is a
+    /// fault to wait out, as after a first connection (their deadlines
+    /// still apply; the factory logs each failed connect and retries after
+    /// the backoff), so a service can start before its database. A wrong
+    /// database, role or password still throws at once.
+    bool wait_for_server = false;
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one
