@@ -90,8 +90,14 @@ bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::s
             return false;
         }
         const auto wait = next_backoff();
-        log(LogLevel::error,
-            "connect failed: " + trimmed_message(e.what()) + "; retrying in " + std::to_string(wait.count()) + " ms");
+        // A service started before its database says so once, not at every retry.
+        const bool waiting = options_.wait_for_server && connects_.load() == 0 && !permanent_sqlstate(connect_sqlstate(e));
+        const auto retry = "; retrying in " + std::to_string(wait.count()) + " ms";
+        if (waiting && !said_waiting_)
+            log(LogLevel::warning, "waiting for the server (FactoryOptions::wait_for_server): " + trimmed_message(e.what()) + retry);
+        else
+            log(waiting ? LogLevel::debug : LogLevel::error, "connect failed: " + trimmed_message(e.what()) + retry);
+        said_waiting_ = said_waiting_ || waiting;
         return false;
     }
 }

@@ -158,6 +158,7 @@ private:
     std::unique_ptr<ServerNotices> notices_;  // on stmt_, destroyed before it
     // The setup mistake last logged, and when: logged again only when it
     // changes or a minute has passed (every service retries it each 0.5 s).
+    bool said_waiting_ = false;  // for wait_for_server
     std::string setup_mistake_;
     SteadyClock::time_point setup_mistake_logged_{};
 

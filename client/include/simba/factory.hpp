@@ -135,9 +135,9 @@ struct FactoryOptions {
     /// connection is a setup mistake by default: lock(), acquire() and the
     /// other waits throw its ConnectionError (08001) at once. true: it is a
     /// fault to wait out, as after a first connection (their deadlines
-    /// still apply; the factory logs each failed connect and retries after
-    /// the backoff), so a service can start before its database. A wrong
-    /// database, role or password still throws at once.
+    /// still apply; the factory retries after the backoff and says once, as
+    /// a warning, that it waits), so a service can start before its
+    /// database. A wrong database, role or password still throws at once.
     bool wait_for_server = false;
 };
 
