@@ -152,7 +152,7 @@ bool Connections::probe() {
     // Routine (idle_session_timeout, a pooler's idle limit, a restart): no
     // statement failed, and both connections are back within the backoff.
     // A failed reconnect is what an operator needs to hear of.
-    if (notices_ && !notices_->said.empty()) why = notices_->said;
+    if (notices_ && notices_->said.rfind("FATAL", 0) == 0) why = notices_->said;
     log(LogLevel::info, "the server closed the idle statement connection (" + why + ")");
     lost(LogLevel::info);
     return false;
@@ -285,7 +285,7 @@ bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
         // pg_terminate_backend), which would only be found dead at its next
         // statement. Both go, and both reconnect (README, "Failures").
         // Routine, as in probe(): the reason is what the server said, if anything.
-        const auto& why = listen_.said().empty() ? listen_.error() : listen_.said();
+        const auto& why = listen_.said().rfind("FATAL", 0) == 0 ? listen_.said() : listen_.error();
         log(LogLevel::info, "the server closed the LISTEN connection (" + why + "); dropping the statement connection too");
         lost(LogLevel::info);
     } else if (broke) {

@@ -32,8 +32,8 @@ namespace simba::pg::detail {
 
 /// What the server says on the statement connection outside a statement's
 /// reply (a NOTICE; the FATAL it sends before it closes an idle connection):
-/// logged, where libpqxx would print it on stderr, the last one kept as the
-/// reason a closed connection gives.
+/// logged, where libpqxx would print it on stderr; the last one kept, for
+/// the reason a closed connection gives.
 class ServerNotices final : public pqxx::errorhandler {
 public:
     explicit ServerNotices(pqxx::connection_base& c) : pqxx::errorhandler(c) {}
@@ -156,9 +156,9 @@ private:
     std::atomic<std::int64_t> stmt_timeout_ms_;
     std::int64_t applied_timeout_ms_ = -1;
     std::unique_ptr<ServerNotices> notices_;  // on stmt_, destroyed before it
+    bool said_waiting_ = false;  // for wait_for_server
     // The setup mistake last logged, and when: logged again only when it
     // changes or a minute has passed (every service retries it each 0.5 s).
-    bool said_waiting_ = false;  // for wait_for_server
     std::string setup_mistake_;
     SteadyClock::time_point setup_mistake_logged_{};
 
