@@ -102,12 +102,15 @@ TEST(Semaphore, AutoRefreshKeepsThePermitPastSeveralTtls) {
     simba::pg::ContendServiceFactory factory("", test_options("semrefresh"));
     Semaphore sem(factory);
     const auto key = unique_name("refresh");
-    auto p = sem.try_acquire(key, 1, 300ms);
+    // 600 ms: with 300 ms, on a busy machine (ctest -j3), release() once
+    // found the permit gone just after the watch (a keepalive late by more
+    // than the 30 ms margin, presumably).
+    auto p = sem.try_acquire(key, 1, 600ms);
     ASSERT_TRUE(p);
     std::atomic<bool> lost_called{false};
     p->on_lost([&] { lost_called = true; });
     // Watch it for five ttls: live on the server and in the client throughout.
-    const auto until = SteadyClock::now() + 1500ms;
+    const auto until = SteadyClock::now() + 3000ms;
     int checks = 0;
     while (SteadyClock::now() < until) {
         ASSERT_FALSE(p->lost()) << "after " << checks << " checks";
@@ -115,8 +118,8 @@ TEST(Semaphore, AutoRefreshKeepsThePermitPastSeveralTtls) {
         ++checks;
         std::this_thread::sleep_for(20ms);  // sampling period of the watch, not a wait for a condition
     }
-    EXPECT_GT(checks, 20);
-    EXPECT_FALSE(sem.try_acquire(key, 1, 300ms)) << "still the only permit";
+    EXPECT_GT(checks, 40);
+    EXPECT_FALSE(sem.try_acquire(key, 1, 600ms)) << "still the only permit";
     EXPECT_TRUE(p->release());
     EXPECT_FALSE(lost_called.load()) << "release is not a loss";
 }
