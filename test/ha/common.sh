@@ -91,11 +91,19 @@ ha_pg_pids() { # node (builtins only: it reads every process)
 # prints how many that took. One pass is not enough: a backend forked
 # between the listing and the kill outlives its postmaster, and one stuck on
 # a lock a killed process held never exits. It keeps the shared memory
-# attached, so PostgreSQL refuses to start there again (seen on
-# pg_auto_failover: the node never came back). A PostgreSQL its manager
-# starts again meanwhile started after the first kill, and is left alone.
+# attached, so PostgreSQL refuses to start there again ("pre-existing shared
+# memory block is still in use": pg_auto_failover's node came back after
+# 20 s, or never). The old instance's processes are those started before
+# its postmaster was dead (it forks no more then), so that moment is waited
+# for; a PostgreSQL its manager started again since is left alone.
 ha_pg_kill_all() { # node
-  local since pids p stat all="" i
+  local since pids p stat all pm i
+  pm=$(ha_postmaster_pid "$1" || true)
+  all=$(ha_pg_pids "$1" | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  [ -z "$all" ] || kill -KILL $all 2>/dev/null || true  # one may have exited meanwhile
+  # a zombie has no working directory: dead
+  for i in $(seq 200); do [ -n "$pm" ] && [ "/proc/$pm/cwd" -ef "$dir/$1/data" ] || break; sleep 0.01; done
   since=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", $1 * hz }' /proc/uptime)
   for i in $(seq 100); do
     pids=""
@@ -105,7 +113,7 @@ ha_pg_kill_all() { # node
     done
     [ -n "$pids" ] || break
     # shellcheck disable=SC2086
-    kill -KILL $pids 2>/dev/null || true  # one may have exited meanwhile
+    kill -KILL $pids 2>/dev/null || true
     all="$all $pids"
     sleep 0.05
   done

@@ -11,8 +11,9 @@
 # mode); exits non-zero if it is not or the fault could not be injected.
 #
 # Kinds (all aimed at the current primary):
-#   pg-kill           SIGKILL its postmaster and every backend; its
-#                     pg_autoctl restarts it. Healed at the kill.
+#   pg-kill           SIGKILL its postmaster and every backend (its
+#                     pg_autoctl's restarts held meanwhile: README.md,
+#                     finding 4); it restarts it. Healed at the kill.
 #   node-kill         SIGKILL its pg_autoctl (supervisor and services) and
 #                     its PostgreSQL at once (a node crash); once the monitor
 #                     promoted another node, start its pg_autoctl again (it
@@ -85,9 +86,17 @@ failover_s=$((HA_UNHEALTHY_S + HA_DEMOTE_S + 30))
 
 case "$kind" in
   pg-kill)
-    ha_postmaster_pid "$old" >/dev/null || fail "no postmaster on $old"
+    pm=$(ha_postmaster_pid "$old") || fail "no postmaster on $old"
+    starter=$(ps -o ppid= -p "$pm" | tr -d ' ')  # pg_autoctl's "start/stop postgres" service
     echo start
-    echo "healed postgres of $old SIGKILLed ($(ha_pg_kill_all "$old") processes)"
+    # Its restarts wait until the last process is gone (finding 4): one
+    # that fails on the shared memory a dying backend still holds is
+    # retried seconds later, the monitor fails over meanwhile, and may
+    # pick the old primary to fast-forward from itself.
+    kill -STOP "$starter"
+    killed=$(ha_pg_kill_all "$old")
+    kill -CONT "$starter"
+    echo "healed postgres of $old SIGKILLed ($killed processes)"
     ;;
   node-kill|stall-kill)
     pgaf_autoctl_pid "$old" >/dev/null || fail "no pg_autoctl on $old"
