@@ -19,7 +19,11 @@ ha_fault_script=$here/pgaf_faults.sh
 ha_default_kinds=pg-kill,node-kill,switchover,pause,client-partition,client-blackhole,monitor-restart,stall-kill
 ha_modes="strict async"
 ha_tools="pg_autoctl"
-ha_bound_ms=20000  # see ha_up
+# Longer than Patroni's 20 s: a pg-kill is healed at the kill, and when the
+# keeper, blocked on its restarting PostgreSQL, stays silent 5 s the monitor
+# fails over: unhealthy + demote timeout + election is 17-22 s (see ha_up)
+# before simba's part (a reconnect and a 1 s + 0.5 s lease) begins.
+ha_bound_ms=30000
 
 # pg_autoctl as the unprivileged user, its files under $dir, never in a home.
 pgaf_env() {
