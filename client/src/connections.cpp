@@ -78,25 +78,27 @@ bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::s
         return true;
     } catch (const std::exception& e) {
         drop();
+        const auto msg = trimmed_message(e.what());
+        const auto state = connect_sqlstate(e);
+        const bool permanent = permanent_sqlstate(state);
         {
             std::lock_guard<std::mutex> lock(state_m_);
-            const auto state = connect_sqlstate(e);
-            connect_error_ = std::make_exception_ptr(ConnectionError(trimmed_message(e.what()), state));
-            connect_error_permanent_ = permanent_sqlstate(state);
+            connect_error_ = std::make_exception_ptr(ConnectionError(msg, state));
+            connect_error_permanent_ = permanent;
         }
         state_cv_.notify_all();
         if (!listen) {  // shutdown's one try
-            log(LogLevel::error, "connect at shutdown failed: " + trimmed_message(e.what()));
+            log(LogLevel::error, "connect at shutdown failed: " + msg);
             return false;
         }
         const auto wait = next_backoff();
         // A service started before its database says so once, not at every retry.
-        const bool waiting = options_.wait_for_server && connects_.load() == 0 && !permanent_sqlstate(connect_sqlstate(e));
+        const bool waiting = options_.wait_for_server && connects_.load() == 0 && !permanent;
         const auto retry = "; retrying in " + std::to_string(wait.count()) + " ms";
         if (waiting && !said_waiting_)
-            log(LogLevel::warning, "waiting for the server (FactoryOptions::wait_for_server): " + trimmed_message(e.what()) + retry);
+            log(LogLevel::warning, "waiting for the server (FactoryOptions::wait_for_server): " + msg + retry);
         else
-            log(waiting ? LogLevel::debug : LogLevel::error, "connect failed: " + trimmed_message(e.what()) + retry);
+            log(waiting ? LogLevel::debug : LogLevel::error, "connect failed: " + msg + retry);
         said_waiting_ = said_waiting_ || waiting;
         return false;
     }

@@ -85,7 +85,8 @@ std::string array_literal(const std::vector<T>& items, F&& element) {
 
 /// SQLSTATE of a libpqxx error ("" if none).
 std::string sqlstate_of(const std::exception& e);
-/// A libpq or libpqxx error text without its trailing newline (and spaces).
+/// A libpq or libpqxx error text without its trailing newline (and spaces);
+/// libpqxx's "Could not obtain client encoding: not connected" in plain words.
 std::string trimmed_message(std::string msg);
 /// Whether an attempt failing with `sqlstate` fails the same way when
 /// retried (a setup mistake: the extension missing or too old, no grant, a

@@ -171,10 +171,7 @@ TEST(Batching, OneFailingAttemptDoesNotFailTheOthers) {
     const auto v0 = versions(*db, prefix);
     ASSERT_TRUE(eventually([&] { return versions(*db, prefix) >= v0 + 30; }, 15s));
     // Retried (the fault may be fixed), its error logged once, not at each retry.
-    std::uint64_t refused_attempts = 0;
-    for (const auto& x : factory.metrics().mutexes)
-        if (x.mutex == refused) refused_attempts = x.attempts;
-    EXPECT_GE(refused_attempts, 2u);
+    EXPECT_GE(attempts_of(factory, refused, "bad"), 2u);
     EXPECT_EQ(logs.count_containing("refused by the test"), 1);
     // Once: after its first failure the refused service is sent on its own.
     EXPECT_EQ(logs.count_containing("one at a time"), 1);

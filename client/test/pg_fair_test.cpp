@@ -23,12 +23,6 @@ int queued(pqxx::connection& c, const std::string& mutex) {
     return tx.exec_params1("SELECT count(*) FROM simba_mutex_queue WHERE mutex = $1", mutex)[0].as<int>();
 }
 
-std::uint64_t attempts_of(simba::pg::ContendServiceFactory& f, const std::string& mutex, const std::string& id) {
-    for (const auto& x : f.metrics().mutexes)
-        if (x.mutex == mutex && x.contender == id) return x.attempts;
-    return 0;
-}
-
 using FairModes = SessionModes;
 
 }  // namespace

@@ -1289,12 +1289,7 @@ TEST(Errors, ServerErrorsAreLoggedWithTheirSqlstateAndFenceErrorsMap) {
         ASSERT_TRUE(eventually([&] { return logs.count_containing("42501") >= 1; }, 10s));
         // Retried every 0.5 s (a grant may come), said once: its first line
         // with the hint, not the statement the server quotes.
-        auto attempts = [&] {
-            for (const auto& x : factory.metrics().mutexes)
-                if (x.mutex == m && x.contender == "X") return x.attempts;
-            return std::uint64_t{0};
-        };
-        ASSERT_TRUE(eventually([&] { return attempts() >= 4; }, 10s));
+        ASSERT_TRUE(eventually([&] { return attempts_of(factory, m, "X") >= 4; }, 10s));
         EXPECT_EQ(logs.count_containing("42501"), 1);
         EXPECT_EQ(logs.count_containing("simba_grant('role')"), 1);
         EXPECT_EQ(logs.count_containing("LINE 1"), 0);

@@ -104,6 +104,12 @@ std::string owner_of(pqxx::connection& c, const std::string& mutex) {
     return r[0].is_null() ? std::string() : r[0].as<std::string>();
 }
 
+std::uint64_t attempts_of(simba::pg::ContendServiceFactory& f, const std::string& mutex, const std::string& id) {
+    for (const auto& x : f.metrics().mutexes)
+        if (x.mutex == mutex && x.contender == id) return x.attempts;
+    return 0;
+}
+
 bool holds_later_tenure(pqxx::connection& c, const std::string& mutex, const std::string& id, std::int64_t fence) {
     pqxx::nontransaction tx(c);
     auto r = tx.exec_params1("SELECT owner_id = $2 AND fence <> $3 FROM simba_owner($1)", mutex, id, fence);

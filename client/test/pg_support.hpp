@@ -51,6 +51,9 @@ private:
 
 /// The mutex's owner id on the server now ("" when free).
 std::string owner_of(pqxx::connection& c, const std::string& mutex);
+/// How many acquire attempts `id`'s service of `mutex` made (the factory's
+/// metrics; failed ones included), 0 if it has none.
+std::uint64_t attempts_of(simba::pg::ContendServiceFactory& f, const std::string& mutex, const std::string& id);
 /// Whether the server shows `id` holding `mutex` with another fence than
 /// `fence`: a tenure after the one that had it. (The tenure of `fence`
 /// itself may still be live there a moment after its holder gave up.)
