@@ -75,6 +75,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -1121,8 +1122,14 @@ private:
     // cannot invent a violation), judged at the grant's decision time (its
     // acquired_at, simba's clock read before the call's row lock) on the
     // grant's clock (its row's clock_origin), as the server judges entries:
-    // live while that time is before its lease end. The grantee's place is
-    // its live entry's, or the grant's own time.
+    // live while that time is before its lease end. An entry counts once
+    // it was surely visible to the grant: a commit timestamp is taken
+    // before a synchronous standby's acknowledgement, the row becomes
+    // visible after it, so an entry's version counts only if a later
+    // statement on it (its waiter's next call, or another's delete) began
+    // before the decision; else the version before it, if that one is so
+    // proven. The grantee's place is its live entry's, or the grant's own
+    // time.
     // (b) An entry dropped as lapsed (deleted at or after its
     // transition_at, not in a transaction that granted the mutex to its
     // owner) is judged if its waiter's lock() was in progress from before
@@ -1144,15 +1151,35 @@ private:
                 else if (e.tbl == "simba_mutex") origin_of[e.fence] = e.origin_us;
             }
             std::set<std::pair<std::string, std::string>> granted_in;  // (transaction, owner)
-            std::map<std::string, Entry> q;
+            // When the statement of each change began at the latest: a
+            // renewal's call time, a delete's trigger time. The next change
+            // of the same entry proves the one before it visible from then.
+            std::vector<i64> proven_from(ev.size(), LLONG_MAX);
+            std::map<std::string, std::size_t> last;
+            for (std::size_t i = 0; i < ev.size(); ++i) {
+                const Audit& e = *ev[i];
+                auto l = last.find(e.owner);
+                if (l != last.end()) proven_from[l->second] = e.op == "UPDATE" ? e.renewed_us : e.at_us;
+                last[e.owner] = i;
+            }
+            struct Version {
+                Entry entry;
+                std::size_t at;                // its change in ev
+                std::optional<Entry> before;  // the version it renewed
+            };
+            std::map<std::string, Version> q;
             std::size_t next = 0;
             for (auto& g : tl->second) {
                 if (!is_grant(g.event)) continue;
                 granted_in.insert({g.xid, g.owner});
                 while (next < ev.size() && ev[next]->commit_us < g.commit_us) {
-                    const Audit& e = *ev[next++];
+                    const Audit& e = *ev[next];
+                    const Entry entry{e.since_us, e.renewed_us, e.transition_us, e.origin_us};
                     if (e.op == "DELETE") q.erase(e.owner);
-                    else q[e.owner] = {e.since_us, e.renewed_us, e.transition_us, e.origin_us};
+                    else if (auto v = q.find(e.owner); v != q.end() && e.op == "UPDATE")
+                        v->second = {entry, next, v->second.entry};
+                    else q[e.owner] = {entry, next, std::nullopt};
+                    ++next;
                 }
                 auto origin = origin_of.find(g.fence);
                 if (origin == origin_of.end()) {  // (never: every grant is audited)
@@ -1164,12 +1191,20 @@ private:
                     if (ev[j]->xid != g.xid && ev[j]->op == "DELETE") s.erase(ev[j]->owner);
                 i64 place = g.at_us;
                 auto me = s.find(g.owner);
-                if (me != s.end() && me->second.end(origin->second) > g.at_us) place = me->second.enqueued_us;
-                for (auto& [o, e] : s) {
-                    const i64 end = e.end(origin->second);
-                    if (o == g.owner || end <= g.at_us || e.enqueued_us >= place) continue;
+                if (me != s.end() && me->second.entry.end(origin->second) > g.at_us) place = me->second.entry.enqueued_us;
+                for (auto& [o, v] : s) {
+                    if (o == g.owner) continue;
+                    const Entry* e = proven_from[v.at] <= g.at_us ? &v.entry
+                                     : v.before && ev[v.at]->renewed_us <= g.at_us ? &*v.before
+                                                                                  : nullptr;
+                    if (!e) {
+                        ++fair_entries_unseen_;
+                        continue;
+                    }
+                    const i64 end = e->end(origin->second);
+                    if (end <= g.at_us || e->enqueued_us >= place) continue;
                     v9_.add(m + ": fence " + std::to_string(g.fence) + " granted to " + g.owner + " at " + stamp(g.at_us) +
-                                " (its place " + stamp(place) + ") while " + o + ", queued since " + stamp(e.enqueued_us) +
+                                " (its place " + stamp(place) + ") while " + o + ", queued since " + stamp(e->enqueued_us) +
                                 ", was live until " + stamp(end),
                             "order");
                     ++fair_jumped_;
@@ -1285,7 +1320,8 @@ private:
         if (!fair_mutexes_.empty())
             line("(9) fair, in arrival order:      ", v9_,
                  " (" + std::to_string(fair_grants_judged_) + " grants judged against the live entries ahead, " +
-                     std::to_string(fair_jumped_) + " jumped" +
+                     std::to_string(fair_jumped_) + " jumped, " + std::to_string(fair_entries_unseen_) +
+                     " entries not yet surely visible" +
                      (fair_grants_unjudged_ ? ", " + std::to_string(fair_grants_unjudged_) + " without a clock" : "") +
                      "; " + std::to_string(fair_lapses_) + " places lapsed: " +
                      std::to_string(fair_lapse_judged_) + " while their waiter waited and no fault explains it, " +
@@ -1383,6 +1419,7 @@ private:
     std::vector<Wait> waits_;
     long fair_waits_ = 0, fair_holds_ = 0, fair_grants_judged_ = 0, fair_jumped_ = 0, fair_lapses_ = 0;
     long fair_lapse_judged_ = 0, fair_lapse_excused_ = 0, fair_lapse_unwaited_ = 0, fair_grants_unjudged_ = 0;
+    long fair_entries_unseen_ = 0;
     Violations v7_{"(7)"}, v8_{"(8)"}, v9_{"(9)"};
 };
 
