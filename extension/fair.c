@@ -236,8 +236,8 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	MemoryContext callctx = CurrentMemoryContext;
 	MemoryContext old;
 	HeapTuple	result;
-	Datum		values[11];
-	bool		isnull[11];
+	Datum		values[SIMBA_OWNER_NATTS + 2];
+	bool		isnull[SIMBA_OWNER_NATTS + 2];
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
 	FairTake	f = {fcinfo, &caller, args, nulls};
 	bool		mine;
@@ -270,11 +270,11 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	old = MemoryContextSwitchTo(callctx);
 	memcpy(values, f.owner.values, sizeof(f.owner.values));
 	memcpy(isnull, f.owner.nulls, sizeof(f.owner.nulls));
-	values[9] = Int32GetDatum(position);
-	isnull[9] = position == 0;
-	values[10] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),
+	values[SIMBA_OWNER_NATTS] = Int32GetDatum(position);
+	isnull[SIMBA_OWNER_NATTS] = position == 0;
+	values[SIMBA_OWNER_NATTS + 1] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),
 												  NameStr(*DatumGetName(caller.role))));
-	isnull[10] = false;
+	isnull[SIMBA_OWNER_NATTS + 1] = false;
 	result = heap_form_tuple(tupdesc, values, isnull);
 	MemoryContextSwitchTo(old);
 	SPI_finish();

@@ -353,7 +353,7 @@ static SimbaPlan renew_update = {
 	"   SET acquired_at = $3, ttl_at = $4, transition_at = $5, clock_origin = $9, version = m.version + 1"
 	" WHERE m.mutex = $1 AND m.fence = $11 AND m.session_id IS NULL AND " ACQUIRE_HOLDER
 	"   AND " SIMBA_MUTEX_END("$9") " > $3"
-	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
+	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role, m.session_id",
 	11, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID,
 	UUIDOID, INT8OID}
 };
@@ -364,7 +364,7 @@ static SimbaPlan acquire_insert = {
 	"        clock_origin, session_id, version, fence)"
 	" VALUES ($1, $2, $6, $7, $8, $3, $4, $5, $9, $10, 1, pg_catalog.nextval('simba_mutex_fence'))"
 	" ON CONFLICT (mutex) DO NOTHING"
-	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role",
+	" RETURNING " OWNER_COLUMNS ", $3, m.owner_role, m.session_id",
 	ACQUIRE_ARGS
 };
 
@@ -383,7 +383,8 @@ static SimbaPlan acquire_insert = {
 static SimbaPlan owner_select = {
 	"SELECT m.mutex, CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_id END, " TENURE_TIMES("$3") ","
 	"       m.version, m.fence, $2,"
-	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END"
+	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.owner_role END,"
+	"       CASE WHEN " SIMBA_MUTEX_LIVE("$2", "$3") " THEN m.session_id END"
 	"  FROM simba_mutex AS m WHERE m.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
@@ -399,7 +400,7 @@ static SimbaPlan owner_select = {
  * roleid, $4 sysid, $5 origin, $6 mutex, $7 contender, $8 t.
  */
 static SimbaPlan session_lost_select = {
-	"SELECT m.mutex, m.owner_id, " TENURE_TIMES("$5") ", m.version, m.fence, $8, m.owner_role"
+	"SELECT m.mutex, m.owner_id, " TENURE_TIMES("$5") ", m.version, m.fence, $8, m.owner_role, m.session_id"
 	"  FROM simba_session_lease AS s, simba_mutex AS m"
 	" WHERE " SIMBA_CALLERS_SESSION " AND " SIMBA_SESSION_END("$5") " > $8"
 	"   AND m.mutex = $6 AND NOT " SAME_HOLDER("$7", "$2", "$3", "$4") " AND " SIMBA_MUTEX_LIVE("$8", "$5"),
@@ -533,7 +534,8 @@ simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls, SimbaOwner *
 		{
 			*owner = (SimbaOwner) {
 				.values = {args[0], args[1], args[2], args[3], args[4], Int64GetDatum(m.version),
-				Int64GetDatum(m.fence), args[2], args[5]},
+				Int64GetDatum(m.fence), args[2], args[5], args[9]},
+				.nulls = {[9] = nulls[9] == 'n'},
 			};
 			return true;
 		}
@@ -580,8 +582,8 @@ simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *
 static HeapTuple
 unused_owner_tuple(TupleDesc tupdesc, Datum mutex, TimestampTz t)
 {
-	Datum		values[9] = {mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0};
-	bool		nulls[9] = {false, true, true, true, true, false, false, false, true};
+	Datum		values[10] = {mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0, 0};
+	bool		nulls[10] = {false, true, true, true, true, false, false, false, true, true};
 
 	return heap_form_tuple(tupdesc, values, nulls);
 }

@@ -111,6 +111,11 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_session_gc() IS
   'simba: admin only — remove ended sessions (what they held becomes leases that ended with them); returns how many';
 
+-- The owner row says which session a tenure lives by (NULL: its own lease).
+ALTER TYPE @extschema@.simba_owner ADD ATTRIBUTE session_id uuid;
+COMMENT ON TYPE @extschema@.simba_owner IS
+  'simba: a mutex''s lease as seen at current_at (server time of the decision); owner_id NULL = free; the holder is owner_id together with owner_role; session_id: the session the tenure lives by (NULL: its own lease)';
+
 -- The functions on their 1.4 entry points, as the caller; the two acquires
 -- gain a session_id argument, so they are created anew.
 DROP FUNCTION @extschema@.simba_acquire(text, text, interval, interval);
@@ -481,6 +486,7 @@ CREATE TYPE @extschema@.simba_fair_owner AS (
     fence         bigint,
     current_at    timestamptz,
     owner_role    name,
+    session_id    uuid,
     position      integer,
     wake_channel  text
 );

@@ -89,10 +89,11 @@ CREATE TYPE @extschema@.simba_owner AS (
     version       bigint,
     fence         bigint,
     current_at    timestamptz,
-    owner_role    name
+    owner_role    name,
+    session_id    uuid
 );
 COMMENT ON TYPE @extschema@.simba_owner IS
-  'simba: a mutex''s lease as seen at current_at (server time of the decision); owner_id NULL = free; the holder is owner_id together with owner_role';
+  'simba: a mutex''s lease as seen at current_at (server time of the decision); owner_id NULL = free; the holder is owner_id together with owner_role; session_id: the session the tenure lives by (NULL: its own lease)';
 
 CREATE TYPE @extschema@.simba_session AS (
     session_id    uuid,
@@ -302,6 +303,7 @@ CREATE TYPE @extschema@.simba_fair_owner AS (
     fence         bigint,
     current_at    timestamptz,
     owner_role    name,
+    session_id    uuid,
     position      integer,
     wake_channel  text
 );

@@ -348,11 +348,15 @@ extern void simba_log_late_release(FunctionCallInfo fcinfo, Datum mutex, Datum c
  * them, true when the caller holds the mutex afterwards (*owner is the
  * owner after it; values that are SPI's live until SPI_finish).
  */
-/* simba_owner's columns: mutex, owner_id, acquired_at, ttl_at, transition_at, version, fence, current_at, owner_role. */
+/*
+ * simba_owner's columns: mutex, owner_id, acquired_at, ttl_at, transition_at, version, fence, current_at,
+ * owner_role, session_id.
+ */
+#define SIMBA_OWNER_NATTS 10
 typedef struct SimbaOwner
 {
-	Datum		values[9];
-	bool		nulls[9];
+	Datum		values[SIMBA_OWNER_NATTS];
+	bool		nulls[SIMBA_OWNER_NATTS];
 } SimbaOwner;
 extern SimbaCaller simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *nulls);
 extern bool simba_mutex_take(FunctionCallInfo fcinfo, Datum *args, char *nulls, SimbaOwner *owner);

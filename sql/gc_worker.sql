@@ -44,7 +44,7 @@ RESET ROLE;
 SELECT relacl FROM pg_class WHERE oid = 'simba_gc_state'::regclass;
 
 -- idle: a mutex released now; live: one held
-SELECT simba_acquire('w-rel', 'a', '1h', '1h') IS NOT NULL AND simba_release('w-rel', 'a') AS released;
+SELECT (simba_acquire('w-rel', 'a', '1h', '1h')).owner_id IS NOT NULL AND simba_release('w-rel', 'a') AS released;
 SELECT owner_id FROM simba_acquire('w-held', 'a', '1h', '1h');
 
 -- the collector starts once a connection's interval has passed and removes
@@ -88,7 +88,7 @@ ALTER ROLE regress_simba_gc_owner NOLOGIN;
 -- a collector started above connects no more now, and one connected ends
 CALL gc_gone();
 UPDATE simba_gc_state SET last_run = last_run - '1 hour'::interval;
-SELECT simba_acquire('w-rel2', 'a', '1h', '1h') IS NOT NULL AND simba_release('w-rel2', 'a') AS released;
+SELECT (simba_acquire('w-rel2', 'a', '1h', '1h')).owner_id IS NOT NULL AND simba_release('w-rel2', 'a') AS released;
 CALL gc_wait('w-rel2');
 SELECT mutex, session_role = (SELECT rolname FROM pg_roles WHERE oid = 10) AS session_is_bootstrap_superuser,
        running_as, superuser, set_role_refused

@@ -96,7 +96,7 @@ SELECT mutex, owner_id FROM simba_mutex_status WHERE mutex IN ('s1', 's2') ORDER
 SELECT simba_release_all('{s2}', 'me') AS released_s2;
 
 -- bad input: a clear error, nothing changed
-SELECT simba_acquire_all('{keep}', 'me', '1h', '1h') IS NOT NULL AS setup;
+SELECT (simba_acquire_all('{keep}', 'me', '1h', '1h')).owner_id IS NOT NULL AS setup;
 CREATE TEMP TABLE before AS SELECT * FROM simba_mutex;
 SELECT simba_acquire_all(NULL, 'me');
 \echo :LAST_ERROR_SQLSTATE

@@ -22,15 +22,16 @@ SELECT ttl_at - current_at AS ttl, transition_at - ttl_at AS transition FROM sim
 -- the backend (valgrind)
 SELECT session_id AS sid, transition_at AS sid_end FROM simba_session_open('6s', '2s') \gset
 -- a tenure under it ignores its own ttl and transition: it ends with the session
-SELECT owner_id, fence, transition_at = :'sid_end' AS session_end FROM simba_acquire('m', 'a', '1ms', '0s', :'sid');
+SELECT owner_id, fence, transition_at = :'sid_end' AS session_end, session_id = :'sid' AS under_session
+  FROM simba_acquire('m', 'a', '1ms', '0s', :'sid');
 SELECT owner_id, fence FROM simba_acquire('m2', 'a', session_id => :'sid');
 SELECT token AS ptoken, fence AS pfence, expires_at = :'sid_end' AS permit_session_end
   FROM simba_semaphore_acquire('k', 'a', 1, '1ms', session_id => :'sid') \gset
 \echo permit_session_end :permit_session_end
 -- so do a multi-lock's members, a fair tenure, and read and write holds
-SELECT mutex, owner_id, fence, transition_at = :'sid_end' AS session_end
+SELECT mutex, owner_id, fence, transition_at = :'sid_end' AS session_end, session_id = :'sid' AS under_session
   FROM simba_acquire_all('{n1,n2}', 'a', '1ms', '0s', :'sid');
-SELECT owner_id, fence, position, transition_at = :'sid_end' AS session_end
+SELECT owner_id, fence, position, transition_at = :'sid_end' AS session_end, session_id = :'sid' AS under_session
   FROM simba_fair_acquire('nf', 'a', '1ms', '0s', :'sid');
 SELECT mode, granted, fence, transition_at = :'sid_end' AS session_end
   FROM simba_rwlock_acquire('nr', 'a', 'read', '1ms', '0s', :'sid');
@@ -45,13 +46,15 @@ SELECT rwlock, mode, holders FROM simba_rwlock_status ORDER BY rwlock;
 SELECT state, mutexes, permits, rwlocks FROM simba_session_status WHERE session_id = :'sid';
 -- the holder renews (same fence) and others wait, as without a session
 SELECT owner_id, fence FROM simba_acquire('m', 'a', session_id => :'sid');
-SELECT owner_id, fence FROM simba_acquire('m', 'b');
+-- a loser and a reader of the owner see which session the tenure lives by
+SELECT owner_id, fence, session_id = :'sid' AS under_session FROM simba_acquire('m', 'b');
+SELECT owner_id, session_id = :'sid' AS under_session FROM simba_owner('m');
 SELECT simba_semaphore_acquire('k', 'b', 1) IS NULL AS permit_held;
 SELECT simba_fence_check('m', 'a', 1);
 SELECT simba_semaphore_fence_check('k', :'ptoken', :pfence);
 SELECT mutex, owner_id, fence FROM simba_acquire_all('{n1,n2}', 'a', session_id => :'sid');
 SELECT mutex, owner_id FROM simba_acquire_all('{n2,n3}', 'b');
-SELECT owner_id, position FROM simba_fair_acquire('nf', 'b', '1h', '0s');
+SELECT owner_id, position, session_id = :'sid' AS under_session FROM simba_fair_acquire('nf', 'b', '1h', '0s');
 SELECT mode, fence, acquired_at = :'nw_since' AS same_hold, transition_at = :'sid_end' AS session_end
   FROM simba_rwlock_acquire('nw', 'a', 'write', session_id => :'sid');
 SELECT mode, granted FROM simba_rwlock_acquire('nw', 'b', 'read');
@@ -137,7 +140,7 @@ SELECT count(*) AS changed FROM (TABLE held EXCEPT ALL TABLE simba_rwlock_holder
 SELECT count(*) AS queued FROM simba_mutex_queue WHERE owner_id = 'a';
 -- others take over with the next fences: the fair queue's head, the waiting
 -- writer (a new fence), a reader under the dead writer's epoch
-SELECT owner_id, fence FROM simba_acquire('m', 'b', '1h', '0s');
+SELECT owner_id, fence, session_id IS NULL AS own_lease FROM simba_acquire('m', 'b', '1h', '0s');
 SELECT slot, fence > :pfence AS newer FROM simba_semaphore_acquire('k', 'b', 1, '1h');
 SET ROLE regress_simba_sa;
 SELECT mutex, owner_id, fence FROM simba_acquire_all('{n2,n3}', 'b', '1h', '0s');

@@ -5,10 +5,10 @@ SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
 CREATE EXTENSION simba;
 RESET client_min_messages;
-SELECT simba_acquire('s-held', 'a', '1h', '1h') IS NOT NULL;
-SELECT simba_acquire('s-trans', 'a', '10ms', '1h') IS NOT NULL;
-SELECT simba_acquire('s-expired', 'a', '10ms', '10ms') IS NOT NULL;
-SELECT simba_acquire('s-released', 'a', '1h', '1h') IS NOT NULL;
+SELECT (simba_acquire('s-held', 'a', '1h', '1h')).owner_id IS NOT NULL;
+SELECT (simba_acquire('s-trans', 'a', '10ms', '1h')).owner_id IS NOT NULL;
+SELECT (simba_acquire('s-expired', 'a', '10ms', '10ms')).owner_id IS NOT NULL;
+SELECT (simba_acquire('s-released', 'a', '1h', '1h')).owner_id IS NOT NULL;
 SELECT simba_release('s-released', 'a');
 SELECT pg_sleep(0.05);
 
