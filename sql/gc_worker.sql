@@ -76,6 +76,13 @@ BEGIN
     CALL gc_gone();
 END $$;
 SELECT simba_release('w-tick', 'nobody') AS starts_the_clock;
+-- exactly one collector: the next call after an interval starts it, and
+-- with the interval at an hour from then this connection starts no other
+-- (under valgrind one took longer than a second to start, a second one was
+-- started meanwhile, connected as the owner before the NOLOGIN below, and
+-- collected w-rel2 there)
+SELECT pg_sleep(1.1) AS one_interval;
+SET simba.gc_interval = '1h';
 CALL gc_wait('w-rel');
 SELECT string_agg(mutex, ' ' ORDER BY mutex) AS rows_left FROM simba_mutex;
 -- it ran connected as the owner, and as the owner, not a superuser, and could not change that
@@ -87,8 +94,13 @@ SELECT count(*) AS runs, bool_and(last_run <= clock_timestamp()) AS recorded FRO
 ALTER ROLE regress_simba_gc_owner NOLOGIN;
 -- a collector started above connects no more now, and one connected ends
 CALL gc_gone();
-UPDATE simba_gc_state SET last_run = last_run - '1 hour'::interval;
+UPDATE simba_gc_state SET last_run = last_run - '1 day'::interval;
 SELECT (simba_acquire('w-rel2', 'a', '1h', '1h')).owner_id IS NOT NULL AND simba_release('w-rel2', 'a') AS released;
+-- this connection's clock restarted (an interval of a second), then one collector
+SET simba.gc_interval = 1;
+SELECT simba_release('w-tick', 'nobody') AS restarts_the_clock;
+SELECT pg_sleep(1.1) AS one_interval;
+SET simba.gc_interval = '1h';
 CALL gc_wait('w-rel2');
 SELECT mutex, session_role = (SELECT rolname FROM pg_roles WHERE oid = 10) AS session_is_bootstrap_superuser,
        running_as, superuser, set_role_refused
