@@ -14,7 +14,15 @@
 // simba_acquire calls (the factory's acquire_calls); owner calls are
 // renewals (sum of version over the mutexes), waiter calls the rest;
 // statements are shared out between them in proportion to their calls.
+//
+// Then --lockers N: N Lockers, each on a mutex of its own, taken with lock()
+// one after another against raw libpq sending the client's acquire
+// statement N times in a row (the floor: one round trip and one commit
+// each) and lock_async() of all N (batched); and released by destroying
+// them one after another against unlock() of each in turn (a commit each).
 #include <simba/simba.hpp>
+
+#include <future>
 
 #include "common.hpp"
 
@@ -51,6 +59,89 @@ Snapshot snap(Conn& mon, const std::string& prefix, const std::vector<long>& pid
     return s;
 }
 
+/// Mutexes named prefix% that the server counts as held.
+long held(Conn& mon, const std::string& prefix) {
+    return std::stol(mon.value("SELECT count(*) FROM simba_mutex_status WHERE starts_with(mutex, '" + prefix +
+                               "') AND owner_id IS NOT NULL"));
+}
+
+void lockers_in_a_row(Conn& mon, int n, Json& json) {
+    simba::pg::FactoryOptions fo;
+    fo.application_name = "simba-bench-lockers";
+    simba::pg::ContendServiceFactory factory("", fo);
+    if (!factory.wait_connected(std::chrono::seconds(10))) std::fprintf(stderr, "bench: not connected after 10 s\n");
+    const std::string tag = "bench-lockers-" + std::to_string(static_cast<long>(now_us())) + "-";
+    auto make = [&](const std::string& prefix) {
+        std::vector<std::unique_ptr<simba::Locker>> v;
+        v.reserve(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i)
+            v.push_back(std::make_unique<simba::Locker>(factory, prefix + std::to_string(i), "bench"));
+        return v;
+    };
+    Conn raw;
+    raw.exec("SET client_min_messages = warning");
+    raw.prepare("acq", kClientAcquireSql);
+    raw.prepare("rel", kClientReleaseSql);
+    auto raw_in_a_row = [&](const char* stmt) {
+        const double t = now_us();
+        for (int i = 0; i < n; ++i) {
+            const std::string name = tag + "raw-" + std::to_string(i);
+            const char* params[] = {name.c_str(), "raw", "10000000", "6000000"};
+            raw.run(stmt, std::string(stmt) == "acq" ? 4 : 2, params);
+        }
+        return (now_us() - t) / 1e6;
+    };
+    const double raw_acquire_s = raw_in_a_row("acq");
+    const double raw_release_s = raw_in_a_row("rel");
+
+    auto a = make(tag + "a-");
+    double t0 = now_us();
+    for (auto& l : a) l->lock();
+    const double lock_s = (now_us() - t0) / 1e6;
+    auto b = make(tag + "b-");
+    t0 = now_us();
+    std::vector<std::future<void>> taken;
+    taken.reserve(b.size());
+    for (auto& l : b) taken.push_back(l->lock_async());
+    for (auto& f : taken) f.get();
+    const double async_s = (now_us() - t0) / 1e6;
+
+    const auto m0 = factory.metrics();
+    t0 = now_us();
+    a.clear();
+    const double destroy_s = (now_us() - t0) / 1e6;
+    while (held(mon, tag + "a-") > 0 && now_us() - t0 < 60e6) sleep_ms(2);
+    const double free_s = (now_us() - t0) / 1e6;
+    const auto m1 = factory.metrics();
+    t0 = now_us();
+    for (auto& l : b) l->unlock();
+    const double unlock_s = (now_us() - t0) / 1e6;
+    const auto m2 = factory.metrics();
+    b.clear();
+
+    const auto stmts = [](const simba::Metrics& x, const simba::Metrics& y) {
+        return static_cast<double>(y.release_statements - x.release_statements);
+    };
+    Table t;
+    t.rows.push_back({"lockers", "lock() in a row s", "raw acquire in a row s", "ratio", "lock_async() all s",
+                      "destroyed s", "all free on the server s", "release stmts", "unlock() in a row s",
+                      "release stmts (unlock)", "raw release in a row s", "ratio (free / unlock)"});
+    t.rows.push_back({std::to_string(n), fmt(lock_s, 2), fmt(raw_acquire_s, 2), fmt(lock_s / raw_acquire_s, 2),
+                      fmt(async_s, 2), fmt(destroy_s, 2), fmt(free_s, 2), fmt(stmts(m0, m1), 0), fmt(unlock_s, 2),
+                      fmt(stmts(m1, m2), 0), fmt(raw_release_s, 2), fmt(free_s / unlock_s, 3)});
+    t.print("Benchmark 4 — Lockers one after another, each on a mutex of its own, in one factory");
+    json["lockers"] = {{"lockers", n},
+                       {"lock_in_a_row_s", lock_s},
+                       {"raw_acquire_in_a_row_s", raw_acquire_s},
+                       {"raw_release_in_a_row_s", raw_release_s},
+                       {"lock_async_all_s", async_s},
+                       {"destroyed_s", destroy_s},
+                       {"free_on_server_s", free_s},
+                       {"destroy_release_statements", stmts(m0, m1)},
+                       {"unlock_in_a_row_s", unlock_s},
+                       {"unlock_release_statements", stmts(m1, m2)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +158,8 @@ int main(int argc, char** argv) {
     cli.add_option("--warmup", warmup, "seconds before the measured window");
     cli.add_option("--window", window, "measured seconds");
     cli.add_option("--json", json_path, "write the results here");
+    int lockers = 10000;
+    cli.add_option("--lockers", lockers, "Lockers taken and released one after another (0: none)");
     CLI11_PARSE(cli, argc, argv);
     struct Run {
         int services, batch_max;
@@ -74,9 +167,13 @@ int main(int argc, char** argv) {
     };
     std::vector<Run> runs;
     const int batch = simba::pg::FactoryOptions{}.batch_max;
-    for (int n : sizes) runs.push_back({n, batch, true});
-    for (int n : per_lock) runs.push_back({n, batch, false});
-    for (int n : unbatched) runs.push_back({n, 1, false});
+    // An empty list ("") parses as {0}: none.
+    for (int n : sizes)
+        if (n > 0) runs.push_back({n, batch, true});
+    for (int n : per_lock)
+        if (n > 0) runs.push_back({n, batch, false});
+    for (int n : unbatched)
+        if (n > 0) runs.push_back({n, 1, false});
     Conn mon;
     mon.exec("SET client_min_messages = warning");
     mon.exec("CREATE EXTENSION IF NOT EXISTS simba");
@@ -184,9 +281,11 @@ int main(int argc, char** argv) {
                                        {"stop_s", stopped}});
         }
     }
-    t.print("Benchmark 4 — one process, one factory (threads = added by the factory; targets: 2 connections, fixed "
+    if (!runs.empty())
+        t.print("Benchmark 4 — one process, one factory (threads = added by the factory; targets: 2 connections, fixed "
             "threads, owner <= 1 stmt/ttl, waiter <= 1 stmt/(ttl+transition), RSS < 64 MB at 10,000; batch 1 = one "
             "statement per call, the baseline)");
+    if (lockers > 0) lockers_in_a_row(mon, lockers, json);
     write_file(json_path, json);
     return 0;
 }

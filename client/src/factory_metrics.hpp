@@ -21,6 +21,10 @@ public:
     void track(const ServicePtr& svc);
     /// The service `svc` is gone: its cell folds into the mutex's entry.
     void untrack(const ServicePtr& svc) { cells_.untrack(svc->mutex, svc->id); }
+    /// Keeps `svc`'s cell apart until let_go(), even past its service's
+    /// end: a release posted to the I/O thread is still to be counted in it.
+    void keep(const ServicePtr& svc) { (void)cells_.track(svc->mutex, svc->id); }
+    void let_go(const ServicePtr& svc) { untrack(svc); }
     /// One acquire statement of `calls` attempts was sent.
     void count_statement(std::size_t calls) {
         statements_.fetch_add(1, std::memory_order_relaxed);

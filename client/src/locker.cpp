@@ -7,6 +7,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "pg_io.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
 
@@ -75,6 +76,7 @@ struct Locker::State : std::enable_shared_from_this<State> {
     bool in_use = false;     // acquired or being acquired
     bool starting = false;   // the service is being started: a release waits for it
     bool unlocking = false;  // a release is stopping the service: no loss to report
+    bool destroying = false; // the Locker's destructor: its release is sent without waiting for the reply
     std::uint64_t cancels = 0;  // release()/cancel() calls: a lock in progress is cancelled
     std::int64_t hold_fence = 0;  // the hold's tenure (0: none)
     mutable bool lost = false;    // that tenure ended: loss is final for the hold
@@ -250,8 +252,16 @@ bool Locker::State::acquire_until(SteadyClock::time_point deadline, bool bounded
 /// meanwhile (stop() lost the race) is no error.
 void Locker::State::stop_service() {
     if (service->status() != Status::RUNNING) return;
+    bool detached;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        detached = destroying;
+    }
     try {
-        service->stop();
+        if (detached)
+            pg::detail::stop_detached(*service);
+        else
+            service->stop();
     } catch (const IllegalStateError&) {
         if (service->status() == Status::RUNNING) throw;
     }
@@ -395,6 +405,11 @@ Locker::Locker(ContendServiceFactory& factory, std::string mutex, std::string co
 
 Locker::~Locker() {
     if (!s_) return;
+    {
+        // Lockers destroyed one after another release in one statement.
+        std::lock_guard<std::mutex> lock(s_->m);
+        s_->destroying = true;
+    }
     try {
         release();
     } catch (const std::exception& e) {

@@ -122,6 +122,34 @@ struct ContendServiceFactory::Core final : detail::Io {
             std::lock_guard<std::mutex> lock(cmd_m);
             if (closed) return false;
             commands.push_back(std::move(fn));
+            open_stop.reset();
+        }
+        wake();
+        return true;
+    }
+
+    /// Posts the stop of `svcs`; stops posted one after another, with no
+    /// other command between them, run as one (one release statement per
+    /// kReleaseBatchMax): Lockers destroyed in a row release together.
+    bool post_stop(const std::vector<ServicePtr>& svcs) {
+        for (auto& svc : svcs) metrics.keep(svc);  // their releases count in their cells
+        bool posted = false;
+        {
+            std::lock_guard<std::mutex> lock(cmd_m);
+            if ((posted = !closed)) {
+                if (!open_stop) {
+                    open_stop = std::make_shared<std::vector<ServicePtr>>();
+                    commands.push_back([this, stops = open_stop] {
+                        contention.stop(*stops);
+                        for (auto& svc : *stops) metrics.let_go(svc);
+                    });
+                }
+                open_stop->insert(open_stop->end(), svcs.begin(), svcs.end());
+            }
+        }
+        if (!posted) {
+            for (auto& svc : svcs) metrics.let_go(svc);
+            return false;
         }
         wake();
         return true;
@@ -162,26 +190,30 @@ struct ContendServiceFactory::Core final : detail::Io {
         {
             std::lock_guard<std::mutex> lock(cmd_m);
             batch.swap(commands);
+            open_stop.reset();
         }
         for (auto& fn : batch) fn();
     }
 
     /// Stops `svcs` (each STOPPING): their tenures end here, one statement
     /// releases what they hold, and it returns once every callback of
-    /// theirs has run.
-    void stop_services(const std::vector<ServicePtr>& svcs) {
-        if (executor.on_this_thread()) {
-            // stop() from inside a callback: no I/O on the handle thread,
+    /// theirs has run. `await_release` false (a destructor's stop): the
+    /// I/O thread sends the release, together with the others posted at
+    /// the same moment, and this returns without waiting for its reply.
+    void stop_services(const std::vector<ServicePtr>& svcs, bool await_release = true) {
+        if (executor.on_this_thread() || !await_release) {
+            // No I/O here (from inside a callback: none on the handle thread,
             // which runs every service's callbacks and lease deadlines and
-            // the statement watchdog. The tenures end here and now (their
-            // on_released run below, before stop() returns); the I/O thread
-            // sends the release to the server.
+            // the statement watchdog). The tenures end here and now (their
+            // on_released run before this returns); the I/O thread sends the
+            // release to the server.
             for (auto& svc : svcs) events.end_locally(svc);
-            post_io([this, svcs] { contention.stop(svcs); });
-            for (auto& svc : svcs) ServiceEvents::drain_all(*svc);
-            return;
-        }
-        {
+            post_stop(svcs);
+            if (executor.on_this_thread()) {
+                for (auto& svc : svcs) ServiceEvents::drain_all(*svc);
+                return;
+            }
+        } else {
             // The release round trip on this thread (the I/O thread sleeps or
             // finishes its batch first).
             auto lock = lock_io();
@@ -469,6 +501,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     // Commands from other threads.
     std::mutex cmd_m;
     std::deque<std::function<void()>> commands;
+    std::shared_ptr<std::vector<ServicePtr>> open_stop;  // the last command's, while it is a stop (post_stop)
     bool quit = false;
     bool closed = false;
     int wake_fd = -1;
@@ -507,7 +540,7 @@ public:
     ~PgService() override {
         if (status() == Status::RUNNING) {
             try {
-                stop();
+                stop_detached();
             } catch (const std::exception& e) {
                 log(LogLevel::error, std::string("stop in destructor failed: ") + e.what());
             }
@@ -575,6 +608,17 @@ protected:
     void stop_contend() override { core_->stop_services({svc_}); }
 
 public:
+    /// stop(), but the release goes out from the I/O thread without this
+    /// thread waiting for its reply (Core::stop_services).
+    void stop_detached() {
+        enter_stopping();
+        struct Leave {
+            PgService* p;
+            ~Leave() { p->leave_stopping(); }
+        } leave{this};
+        core_->stop_services({svc_}, false);
+    }
+
     /// ContendServiceFactory::stop: checks every service first (this
     /// factory's, once each, RUNNING), then stops them together.
     static void stop_all(const std::shared_ptr<Core>& core, const std::vector<MutexContendService*>& services) {
@@ -632,6 +676,11 @@ void ContendServiceFactory::stop(const std::vector<MutexContendService*>& servic
 }
 
 std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) { return factory.core_; }
+
+void detail::stop_detached(MutexContendService& service) {
+    if (auto* pg = dynamic_cast<PgService*>(&service)) return pg->stop_detached();
+    service.stop();
+}
 
 void detail::throw_shut_down(const char* what) {
     throw IllegalStateError(std::string("the factory of this ") + what + " has shut down");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "simba/owner.hpp"
+#include "simba/service.hpp"
 
 namespace simba::pg {
 class ContendServiceFactory;
@@ -128,5 +129,10 @@ T call(Io& io, std::function<T(pqxx::connection&)> fn, const char* what) {
 /// The I/O channel of a PostgreSQL factory (shared: outlives the factory's
 /// handle on it for as long as a user keeps it).
 std::shared_ptr<Io> io_of(ContendServiceFactory& factory);
+
+/// Stops a RUNNING service without waiting for its release's reply (a
+/// destructor's stop): a PostgreSQL factory's I/O thread sends it, in one
+/// statement with the others stopped at the same moment. Other backends: stop().
+void stop_detached(MutexContendService& service);
 
 }  // namespace simba::pg::detail

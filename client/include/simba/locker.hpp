@@ -51,7 +51,10 @@ public:
     /// this (mutex, contender id): ids must be unique (README, "Contender ids").
     Locker(ContendServiceFactory& factory, std::string mutex,
            std::string contender_id = ContenderId::host(), ContendOptions options = {}, int max_hold_count = 1);
-    /// Releases the lock (release()) if held or being taken.
+    /// Ends the hold or the wait for one here and hands the release to the
+    /// factory, which sends it at once, in one statement with the others
+    /// destroyed at the same moment, without this thread waiting for the
+    /// reply. unlock() first to know it committed.
     ~Locker();
     Locker(Locker&& other) noexcept;
     /// Releases what this one holds, then takes over `other`'s.
@@ -126,7 +129,8 @@ public:
     /// (measured on the steady clock from the call; spurious wake-ups do not
     /// shorten it). After a timeout the locker is idle and may acquire again.
     void acquire(std::chrono::milliseconds timeout);
-    /// Releases now (idempotent); the destructor calls it. The same as cancel().
+    /// Releases now (idempotent): returns once the release has committed.
+    /// The same as cancel().
     void release();
     /// Ends a hold or a wait for one, from any thread: a lock(),
     /// try_lock_for(), acquire() or lock_async() waiting in another thread
