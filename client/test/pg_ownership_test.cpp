@@ -229,6 +229,7 @@ struct RunResult {
     // next fault), and how long until that next fault.
     std::vector<std::pair<std::int64_t, std::int64_t>> handovers;
     std::int64_t min_slack_us = std::numeric_limits<std::int64_t>::max();  // claim end to server end
+    double coverage = 0;  // share of the faults' span with a tenure live on the server
     std::vector<std::string> violations;
 };
 
@@ -293,6 +294,7 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
         services[i]->start();
     };
     const auto end = SteadyClock::now() + length;
+    const auto faults_from = us(SteadyClock::now());
     while (SteadyClock::now() < end) {
         std::this_thread::sleep_for(milliseconds(uniform(150, 500)));
         const int kind = uniform(0, 2);
@@ -319,6 +321,7 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
             restart(static_cast<std::size_t>(owner >= 0 ? owner : uniform(0, n - 1)), kind);
         }
     }
+    const auto faults_until = us(SteadyClock::now());
     for (auto& s : services)
         if (s->running()) s->stop();
     sampling = false;
@@ -338,6 +341,15 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
         prev = owner;
     }
     const auto stopped_at = us(SteadyClock::now());
+    {
+        // Tenures in fence order start one after another on the server.
+        std::int64_t covered = 0, from = faults_from;
+        for (const auto& [fence, t] : tenures) {
+            const auto a = std::max(from, latest_end(t.start)), b = std::min(faults_until, latest_end(t.end));
+            if (b > a) covered += b - a, from = b;
+        }
+        res.coverage = static_cast<double>(covered) / static_cast<double>(std::max<std::int64_t>(1, faults_until - faults_from));
+    }
     for (const auto& h : res.owner_hits) {
         auto holder = granted.find(h.fence);
         auto t = tenures.find(h.fence);
@@ -503,8 +515,9 @@ TEST(Ownership, FourFactoriesUnderFaultsNeverTwoOwners) {
                 r.violations.push_back("a stop of the holder was followed by no new tenure for " +
                                        fmt_ms(delay < 0 ? gap : delay) + " (lease 300 ms + 150 ms)");
         }
-        std::printf("run %d: %zu stops of the holder, %d handed over before the next fault, slowest %s\n", run,
-                    r.handovers.size(), handed, fmt_ms(worst).c_str());
+        std::printf("run %d: %zu stops of the holder, %d handed over before the next fault, slowest %s; an owner "
+                    "on the server %.1f %% of the time\n",
+                    run, r.handovers.size(), handed, fmt_ms(worst).c_str(), 100 * r.coverage);
         std::fflush(stdout);
         for (std::size_t i = 0; i < r.violations.size() && i < 20; ++i)
             ADD_FAILURE() << "run " << run << " (seed " << seed << "): " << r.violations[i];
