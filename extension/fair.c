@@ -272,8 +272,9 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	memcpy(isnull, f.owner.nulls, sizeof(f.owner.nulls));
 	values[SIMBA_OWNER_NATTS] = Int32GetDatum(position);
 	isnull[SIMBA_OWNER_NATTS] = position == 0;
-	values[SIMBA_OWNER_NATTS + 1] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]), TextDatumGetCString(args[1]),
-												  NameStr(*DatumGetName(caller.role))));
+	values[SIMBA_OWNER_NATTS + 1] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]),
+																	 TextDatumGetCString(args[1]),
+																	 NameStr(*DatumGetName(caller.role))));
 	isnull[SIMBA_OWNER_NATTS + 1] = false;
 	result = heap_form_tuple(tupdesc, values, isnull);
 	MemoryContextSwitchTo(old);

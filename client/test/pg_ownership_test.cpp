@@ -348,7 +348,8 @@ RunResult one_run(pqxx::connection& db, const std::string& conninfo, int run, st
             const auto a = std::max(from, latest_end(t.start)), b = std::min(faults_until, latest_end(t.end));
             if (b > a) covered += b - a, from = b;
         }
-        res.coverage = static_cast<double>(covered) / static_cast<double>(std::max<std::int64_t>(1, faults_until - faults_from));
+        const auto span = std::max<std::int64_t>(1, faults_until - faults_from);
+        res.coverage = static_cast<double>(covered) / static_cast<double>(span);
     }
     for (const auto& h : res.owner_hits) {
         auto holder = granted.find(h.fence);

@@ -1321,7 +1321,7 @@ private:
             line("(9) fair, in arrival order:      ", v9_,
                  " (" + std::to_string(fair_grants_judged_) + " grants judged against the live entries ahead, " +
                      std::to_string(fair_jumped_) + " jumped, " + std::to_string(fair_entries_unseen_) +
-                     " entries not yet surely visible" +
+                     " entries not yet surely visible at a grant" +
                      (fair_grants_unjudged_ ? ", " + std::to_string(fair_grants_unjudged_) + " without a clock" : "") +
                      "; " + std::to_string(fair_lapses_) + " places lapsed: " +
                      std::to_string(fair_lapse_judged_) + " while their waiter waited and no fault explains it, " +
