@@ -119,13 +119,25 @@ TEST(Pooler, SemaphoreThroughThePooler) {
     simba::pg::ContendServiceFactory factory(pooler(), pooled("poolsem", direct()));
     simba::Semaphore sem(factory);
     const auto key = unique_name("poolsem");
-    // A ttl of 1 s leaves a late keepalive about 650 ms: with 300 ms (180 ms)
-    // a CI machine that stalled the client once lost the permit.
-    auto p = sem.try_acquire(key, 1, 1s);
+    // A ttl of 3 s rides out a client stalled for about 2 s: under TSan in CI
+    // a 1 s permit once ran out on the server while its client still had it
+    // live, and its release() rightly said false.
+    auto p = sem.try_acquire(key, 1, 3s);
     ASSERT_TRUE(p);
-    EXPECT_FALSE(sem.try_acquire(key, 1, 1s));
-    // Refreshed through the pool for three ttls.
-    ASSERT_FALSE(eventually([&] { return p->lost(); }, 3s));
+    EXPECT_FALSE(sem.try_acquire(key, 1, 3s));
+    // The permit's end on the server, in seconds (0 once it is not live).
+    const auto server_end = [&] {
+        pqxx::nontransaction tx(*db);
+        const auto r = tx.exec_params("SELECT extract(epoch FROM expires_at)::float8 FROM simba_semaphore_status"
+                                      " WHERE key = $1",
+                                      key);
+        return r.empty() ? 0.0 : r[0][0].as<double>();
+    };
+    const double granted_end = server_end();
+    ASSERT_GT(granted_end, 0.0);
+    // Kept alive through the pool: the server's end moves on by two keepalives.
+    EXPECT_TRUE(eventually([&] { return server_end() >= granted_end + 1.5; }, 6s));
+    EXPECT_FALSE(p->lost());
     EXPECT_TRUE(p->release());
     EXPECT_TRUE(sem.try_acquire(key, 1, 1s));
 }
