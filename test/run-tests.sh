@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, .ci/run). On a fresh Debian 12
-# machine: installs what is missing, builds and installs the extension, builds
-# the C++ client, starts one throwaway cluster (test/with-cluster.sh) and runs
-# every suite against it. Prints each suite's failures and a closing
-# "N passed, N failed" line; exits non-zero if anything failed.
+# machine: installs what is missing, builds and installs the extension and the
+# C++ client, starts one throwaway cluster (test/with-cluster.sh) and runs
+# every suite against it, the client's tests building meanwhile. Prints each
+# suite's failures and a closing "N passed, N failed" line; exits non-zero if
+# anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -15,10 +16,10 @@ if [ "${1:-}" != --suites ]; then
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
   # Examples named too: make's build above cached them off (with the tests),
-  # and ops.prometheus needs one.
+  # and ops.prometheus needs one. Built inside the cluster, beside the first
+  # suites.
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
-  cmake --build build -j2
   echo "simba: setup and build took $SECONDS s"
   exec test/with-cluster.sh "$0" --suites
 fi
@@ -50,6 +51,23 @@ run_pg_suite() { # name command...
   tally "$name" "$ok" "$bad" "$log"
   rm -f "$log"
 }
+# Background builds, niced into the CPU the suites in front leave idle; a
+# suite that needs one waits for it (built).
+bg_log=$(mktemp -d)
+# Waits for a background build; on failure prints its log's end and counts
+# the suite that needed it as failed.
+built() { # name pid
+  suite_start=$SECONDS
+  wait "$2" && { echo "simba: build $1 waited for $((SECONDS - suite_start)) s"; return 0; }
+  echo "$1: its build failed:"; tail -40 "$bg_log/$1"
+  tally "$1" 0 1 "$bg_log/$1"
+  return 1
+}
+# The client's tests, examples and benchmarks, while the suites that need only
+# the installed extension run (they mostly wait on leases; valgrind, at the
+# higher priority, leaves its runs' idle share).
+nice -n 19 cmake --build build -j2 >"$bg_log/client" 2>&1 & client_build=$!
+
 # the release version agrees across the control file, NEWS.md and debian/changelog
 run_pg_suite version test/check-version.sh
 # pg_regress (sql/) and isolation (test/specs/), several runs at once, each
@@ -60,15 +78,17 @@ run_pg_suite restore test/restore/roundtrip.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh
+# the regress and isolation suites again, every backend of a second throwaway
+# cluster under valgrind memcheck (make valgrind; here without the upgrade
+# test, about 8 minutes; it leaves the build directory alone)
+run_pg_suite valgrind env SIMBA_VALGRIND_SKIP=upgrade test/valgrind/run.sh
+client=no
+built client "$client_build" && client=yes
 # make install into staging directories (never / or /usr/local): what it
 # installs, a C++20 program built with pkg-config and one with
 # find_package(simba-client) against those files, each holding a mutex here,
 # the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s)
-run_pg_suite install test/install/run.sh
-# the regress and isolation suites again, every backend of a second throwaway
-# cluster under valgrind memcheck (make valgrind; here without the upgrade
-# test, about 3 minutes)
-run_pg_suite valgrind env SIMBA_VALGRIND_SKIP=upgrade test/valgrind/run.sh
+[ $client = no ] || run_pg_suite install test/install/run.sh
 
 # Runs a command that ends in ctest, echoing its output; counts ctest's
 # closing "N tests failed out of M" line (one failure if there is none).
@@ -85,23 +105,13 @@ run_ctest_suite() { # name command...
 # While ctest runs, niced into the CPU its tests leave idle, the two builds
 # the last suites need: the client under ThreadSanitizer and the Debian
 # packages.
-bg_log=$(mktemp -d)
 nice -n 19 test/tsan/run.sh --build >"$bg_log/tsan" 2>&1 & tsan_build=$!
 nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
-# Waits for a background build; on failure prints its log's end and counts
-# the suite that needed it as failed.
-built() { # name pid
-  suite_start=$SECONDS
-  wait "$2" && return 0
-  echo "$1: its build failed:"; tail -40 "$bg_log/$1"
-  tally "$1" 0 1 "$bg_log/$1"
-  return 1
-}
 # C++: client (unit, integration, examples), TCK, SQL fuzzer: three at once
 # (most wait on leases, and each test keeps to its own database, names, roles
 # or cluster; the longest start first: COST).
 faults='^(chaos|ha)$'
-if [ -d build ]; then
+if [ $client = yes ]; then
   run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j3 -LE "$faults"
 fi
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
@@ -111,7 +121,7 @@ if built tsan "$tsan_build"; then run_ctest_suite tsan test/tsan/run.sh; fi
 # (test/ha), one at a time on a machine left to them: their bounds (time to
 # an owner after a fault, fair order) are about the service, not about a
 # busy machine (about 8 minutes)
-if [ -d build ]; then
+if [ $client = yes ]; then
   run_ctest_suite faults ctest --test-dir build --output-on-failure --timeout 500 -L "$faults"
 fi
 # Last, as it installs the packages over `make install`'s extension files:

@@ -3,7 +3,7 @@
 # ThreadSanitizer and run against a throwaway cluster (test/with-cluster.sh).
 # Fails if a test fails or ThreadSanitizer reports anything (a race, a lock
 # order inversion): halt_on_error makes a report fail its test. About 4
-# minutes on 2 cores, most of it the build. See README.md.
+# minutes on 2 cores, more than half of it the build. See README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/tsan
@@ -37,5 +37,5 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export SIMBA_OWNERSHIP_RUNS=${SIMBA_OWNERSHIP_RUNS:-1} SIMBA_LOCKER_LOSS_RUNS=${SIMBA_LOCKER_LOSS_RUNS:-50} \
   SIMBA_SCOPED_LOCK_SECONDS=${SIMBA_SCOPED_LOCK_SECONDS:-5}
 # pg.registered reruns tests that run here already, on a server setting that
-# changes nothing in the client.
-ctest --test-dir "$build" -R '^(unit|pg\.)' -E 'ThousandServices|^pg\.registered$' --output-on-failure --timeout 300
+# changes nothing in the client. Two at once: most wait on leases.
+ctest --test-dir "$build" -R '^(unit|pg\.)' -E 'ThousandServices|^pg\.registered$' --output-on-failure --timeout 300 -j2
