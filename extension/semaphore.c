@@ -244,6 +244,8 @@ typedef struct Grant
 	int32		permits;
 	int64		ttl;
 	Datum		result;			/* the permit, or 0 */
+	/* Waiting for the key row: a 55P03 now is another grant's open transaction. */
+	volatile bool waiting_for_key;
 } Grant;
 
 static bool
@@ -266,8 +268,10 @@ grant_in_subtransaction(void *arg)
 	if (LockTimeout == 0 || LockTimeout > SIMBA_KEY_WAIT_MS)
 		(void) set_config_option("lock_timeout", CppAsString2(SIMBA_KEY_WAIT_MS), PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
+	g->waiting_for_key = true;
 	while (simba_execute(g->fcinfo, &key_lock_grant, g->lock_args, NULL, 1) == 0)
 		simba_execute(g->fcinfo, &key_insert, g->lock_args, NULL, 1);
+	g->waiting_for_key = false;
 	AtEOXact_GUC(true, nest);
 	g->result = grant(g->fcinfo, g->tupdesc, g->grant_args, g->permits, g->ttl, g->grant_nulls);
 	return g->result != (Datum) 0;
@@ -316,7 +320,7 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 	grant_args[10] = (Datum) 0;
 	grant_nulls[3] = context != NULL ? ' ' : 'n';
 	grant_nulls[10] = 'n';
-	g = (Grant) {fcinfo, &caller, tupdesc, lock_args, grant_args, grant_nulls, permits, ttl, (Datum) 0};
+	g = (Grant) {fcinfo, &caller, tupdesc, lock_args, grant_args, grant_nulls, permits, ttl, (Datum) 0, false};
 
 	SPI_connect();
 	/* A subtransaction, so that a grant of nothing leaves no lock behind. */
@@ -330,7 +334,7 @@ simba_semaphore_acquire_1_4(PG_FUNCTION_ARGS)
 		ErrorData  *e = CopyErrorData();
 
 		MemoryContextSwitchTo(errctx);
-		if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE || !g.waiting_for_key)
 			PG_RE_THROW();
 		/* Rolled back already (simba_in_subtransaction): say which wait it was. */
 		FlushErrorState();
