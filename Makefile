@@ -11,6 +11,7 @@
 #   make ha               failover faults on three-node Patroni (30 min) and pg_auto_failover (10 min) clusters (test/ha)
 #   make installcheck     pg_regress + isolation suites against the server in PG* env
 #   make deb              the Debian packages (debian/), into build/deb/
+#   make portable         the portable edition's install script (portable/), into build/portable/
 PG_CONFIG ?= pg_config
 PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
 # PGXS has a check rule of its own (it says "not supported"): make check
@@ -22,7 +23,7 @@ check:
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: check test deps demo psql bench bench-scale chaos valgrind tsan deb ha
+.PHONY: check test deps demo psql bench bench-scale chaos valgrind tsan deb ha portable
 test:
 	@test/run-tests.sh
 demo:
@@ -44,6 +45,10 @@ psql:
 	@SIMBA_DEMO_SHELL=1 test/demo.sh
 deps:
 	@test/install-deps.sh
+portable:
+	mkdir -p build/portable
+	portable/build.sh > build/portable/simba_portable.sql.tmp
+	mv build/portable/simba_portable.sql.tmp build/portable/simba_portable.sql
 # dpkg-buildpackage in a copy of the tree (it writes the .debs beside the
 # source): the files git tracks or would track, or without git everything
 # but the build trees (debian/rules clean removes the PGXS outputs).

@@ -1,0 +1,179 @@
+-- The fair (FIFO) lock (fair.c; docs/design.md, "Multi-lock and
+-- read-write lock"): a mutex plus a queue of entries with their own lease.
+-- A call decides in a subtransaction kept only when the caller ends up
+-- holding the mutex; a waiter rolls it back, so it keeps no lock on the
+-- mutex row, and then writes or renews only its own entry.
+
+-- The channel a waiter is woken on: "simba_fair_" and 16 hex digits of the
+-- MD5 of its mutex, contender id and role name, as the C extension names it.
+CREATE FUNCTION simba_portable_wake_channel(mutex text, contender text, role name)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+SELECT 'simba_fair_' || pg_catalog.left(pg_catalog.md5(mutex || pg_catalog.chr(1) || contender
+                                                      || pg_catalog.chr(1) || role), 16)
+$$;
+
+-- The head of each of the mutexes' queues woken on its channel (simba_fair_wake).
+CREATE FUNCTION simba_portable_fair_wake(mutexes text[], t timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+SELECT pg_catalog.pg_notify(simba_portable_wake_channel(r.mutex, h.owner_id, h.owner_role), r.mutex)
+  FROM pg_catalog.unnest(mutexes) AS r(mutex),
+       LATERAL (SELECT q.owner_id, q.owner_role FROM simba_mutex_queue AS q
+                 WHERE q.mutex = r.mutex AND q.transition_at > t
+                 ORDER BY q.enqueued_at, q.owner_id LIMIT 1) AS h
+$$;
+
+-- Lapsed entries dropped; one another transaction holds locked is left to
+-- it (its waiter renewing it).
+CREATE FUNCTION simba_portable_drop_lapsed(mutex text, t timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+DELETE FROM simba_mutex_queue AS d
+ WHERE d.ctid = ANY (ARRAY(SELECT q.ctid FROM simba_mutex_queue AS q
+                            WHERE q.mutex = $1 AND q.transition_at <= t FOR UPDATE SKIP LOCKED))
+   AND d.mutex = $1
+$$;
+
+-- The caller's place in the queue: its entry (ctid), how many live entries
+-- are ahead of it (all, if it has none), and the first entry not its own:
+-- whom a release wakes.
+CREATE TYPE simba_portable_place AS (queued boolean, tid tid, ahead integer, next_id text, next_role name);
+
+CREATE FUNCTION simba_portable_place(mutex text, contender text, c simba_portable_caller, t timestamptz)
+RETURNS simba_portable_place
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    p simba_portable_place := ROW(false, NULL, 0, NULL, NULL);
+    q record;
+BEGIN
+    FOR q IN SELECT * FROM (SELECT e.ctid, e.owner_id = contender
+                                   AND CASE WHEN e.owner_sysid = c.sysid THEN e.owner_roleid = c.roleid
+                                            ELSE e.owner_role = c.role END AS mine,
+                                   e.owner_id, e.owner_role, e.enqueued_at, e.transition_at > t AS live
+                              FROM simba_mutex_queue AS e WHERE e.mutex = $1) AS e
+              WHERE e.mine OR e.live ORDER BY e.enqueued_at, e.owner_id LOOP
+        IF NOT p.queued AND q.mine THEN
+            p.queued := true;
+            p.tid := q.ctid;
+            CONTINUE;
+        END IF;
+        IF NOT p.queued THEN
+            p.ahead := p.ahead + 1;
+        END IF;
+        IF p.next_id IS NULL THEN
+            p.next_id := q.owner_id;
+            p.next_role := q.owner_role;
+        END IF;
+    END LOOP;
+    RETURN p;
+END
+$$;
+
+CREATE FUNCTION simba_fair_acquire(
+    mutex        text,
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
+RETURNS simba_fair_owner
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_fair_acquire', true);
+    t timestamptz := pg_catalog.clock_timestamp();
+    lease record;
+    entry_end timestamptz;
+    place simba_portable_place;
+    took record;
+    holds boolean;
+    o simba_owner;
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    lease := simba_portable_lease(t, $3, $4);
+    entry_end := lease.transition_at;  -- the queue entry's own lease, under a session too
+    -- Entries judged at t, read before the lock: one may count as live a little longer, never shorter.
+    PERFORM simba_portable_drop_lapsed($1, t);
+    BEGIN
+        -- Under a session, its row first (as simba_acquire): a tenure taken lives with it.
+        IF $5 IS NOT NULL THEN
+            lease := simba_portable_join($5, c);
+        END IF;
+        -- The mutex row, locked (made on first use): one fair decision at a time.
+        LOOP
+            SELECT simba_portable_live(m, t, false)
+                   AND simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, $2, c)
+              INTO holds
+              FROM simba_mutex AS m WHERE m.mutex = $1 FOR UPDATE;
+            EXIT WHEN FOUND;
+            INSERT INTO simba_mutex AS m (mutex) VALUES ($1) ON CONFLICT DO NOTHING;
+        END LOOP;
+        place := simba_portable_place($1, $2, c, t);
+        -- The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex.
+        IF COALESCE(holds, false) OR place.ahead = 0 THEN
+            took := simba_portable_take($1, $2, t, lease.ttl_at, lease.transition_at, c, $5);
+            IF took.won THEN
+                -- Its turn came: it leaves the queue.
+                IF place.queued THEN
+                    DELETE FROM simba_mutex_queue AS q WHERE q.ctid = place.tid AND q.mutex = $1;
+                END IF;
+                o := took.owner;
+                RETURN ROW(o.mutex, o.owner_id, o.acquired_at, o.ttl_at, o.transition_at, o.version, o.fence,
+                           o.current_at, o.owner_role, o.session_id, NULL,
+                           simba_portable_wake_channel($1, $2, c.role))::simba_fair_owner;
+            END IF;
+        END IF;
+        RAISE SQLSTATE 'SBP01';
+    EXCEPTION WHEN SQLSTATE 'SBP01' THEN
+        NULL;
+    END;
+    -- Its entry, written or renewed in its place (dropped meanwhile as lapsed: written anew).
+    IF place.queued THEN
+        UPDATE simba_mutex_queue AS q
+           SET owner_role = c.role, owner_roleid = c.roleid, owner_sysid = c.sysid, renewed_at = t,
+               transition_at = entry_end, clock_origin = NULL
+         WHERE q.ctid = place.tid AND q.mutex = $1 AND q.owner_id = $2;
+    END IF;
+    IF NOT place.queued OR NOT FOUND THEN
+        INSERT INTO simba_mutex_queue (mutex, owner_id, owner_role, owner_roleid, owner_sysid, enqueued_at,
+                                       renewed_at, transition_at)
+        VALUES ($1, $2, c.role, c.roleid, c.sysid, t, t, entry_end);
+    END IF;
+    o := simba_owner($1);
+    RETURN ROW(o.mutex, o.owner_id, o.acquired_at, o.ttl_at, o.transition_at, o.version, o.fence,
+               o.current_at, o.owner_role, o.session_id, place.ahead + 1,
+               simba_portable_wake_channel($1, $2, c.role))::simba_fair_owner;
+END
+$$;
+
+CREATE FUNCTION simba_fair_release(mutex text, contender_id text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_fair_release', true);
+    t timestamptz := pg_catalog.clock_timestamp();
+    released boolean;
+    place simba_portable_place;
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    released := simba_portable_release($1, $2, c, t);
+    PERFORM simba_portable_drop_lapsed($1, t);
+    -- A waiter that gives up leaves the queue (its place goes to the next).
+    place := simba_portable_place($1, $2, c, t);
+    IF place.queued THEN
+        DELETE FROM simba_mutex_queue AS q WHERE q.ctid = place.tid AND q.mutex = $1;
+    END IF;
+    -- Whose turn it is now is woken, and nobody else.
+    IF place.next_id IS NOT NULL AND (released OR (place.queued AND place.ahead = 0)) THEN
+        PERFORM pg_catalog.pg_notify(simba_portable_wake_channel($1, place.next_id, place.next_role), $1);
+    END IF;
+    RETURN released;
+END
+$$;

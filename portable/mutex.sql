@@ -1,0 +1,504 @@
+-- The leased mutex (docs/design.md, "Protocol", "Row locks"): acquire,
+-- renew, release, owner, fence check, the multi-lock, the forced release
+-- and the collection of idle rows, as mutex.c and history.c decide them.
+--
+-- An acquire reads the row without a lock and loses there when another
+-- holder's lease is live: a loser locks nothing. A call that may win locks
+-- the row (FOR NO KEY UPDATE, which waits for a fence check or a writer in
+-- flight), decides again on that latest version and updates it, inside a
+-- subtransaction that it rolls back when it lost after all, so a loser
+-- that waited keeps no lock either.
+
+-- simba_mutex's row m as simba_owner shows it at t: owner NULL once its
+-- lease, or its session, has ended; a tenure's times are its session's.
+CREATE FUNCTION simba_portable_owner(m simba_mutex, t timestamptz)
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    live boolean := simba_portable_live(m, t, false);
+BEGIN
+    RETURN ROW(m.mutex, CASE WHEN live THEN m.owner_id END, m.acquired_at,
+               COALESCE(simba_session_time(m.session_id, 'ttl_at', NULL), m.ttl_at),
+               COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at),
+               m.version, m.fence, t,
+               CASE WHEN live THEN m.owner_role END, CASE WHEN live THEN m.session_id END)::simba_owner;
+END
+$$;
+
+-- SIMBA_MUTEX_LIVE (simba.h): held, by its own lease or its session's;
+-- lock: an ended session's row FOR SHARE (simba_session_ended). NULL when
+-- a lease lacks the times it needs (SQL's unknown: neither live nor over).
+CREATE FUNCTION simba_portable_live(m simba_mutex, t timestamptz, lock boolean)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+SELECT m.owner_id IS NOT NULL
+       AND CASE WHEN m.session_id IS NULL THEN m.transition_at > t
+                ELSE NOT simba_session_ended(m.session_id, t, NULL, lock) END
+$$;
+
+-- SAME_HOLDER: the caller's contender id under the caller's role (by OID in
+-- this cluster, by name in another); a tenure without a role is nobody's.
+CREATE FUNCTION simba_portable_same(owner_id text, owner_role name, owner_roleid oid, owner_sysid bigint,
+                                    contender text, c simba_portable_caller)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+SELECT COALESCE(owner_id = contender
+                AND CASE WHEN owner_sysid = c.sysid THEN owner_roleid = c.roleid
+                         ELSE owner_role = c.role END, false)
+$$;
+
+-- One acquire attempt (simba_mutex_take): won, and the owner after it.
+-- The new tenure's times are ttl_at and transition_at from t (a session's
+-- at the join, under session_id).
+CREATE FUNCTION simba_portable_take(mutex text, contender text, t timestamptz, ttl_at timestamptz,
+                                    transition_at timestamptz, c simba_portable_caller, session_id uuid,
+                                    OUT won boolean, OUT owner simba_owner)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+    m simba_mutex;
+    same boolean;
+    tries integer := 0;
+BEGIN
+    LOOP
+        tries := tries + 1;
+        SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex;
+        IF NOT FOUND THEN
+            INSERT INTO simba_mutex AS x (mutex, owner_id, owner_role, owner_roleid, owner_sysid, acquired_at,
+                                          ttl_at, transition_at, session_id, version, fence)
+            VALUES (simba_portable_take.mutex, contender, c.role, c.roleid, c.sysid, t, simba_portable_take.ttl_at, simba_portable_take.transition_at,
+                    simba_portable_take.session_id, 1, pg_catalog.nextval('simba_mutex_fence'))
+            ON CONFLICT DO NOTHING
+            RETURNING x.* INTO m;
+            IF FOUND THEN
+                PERFORM simba_portable_log(NULL, m, false);
+                won := true;
+                owner := ROW(m.mutex, contender, t, simba_portable_take.ttl_at, simba_portable_take.transition_at, m.version, m.fence, t,
+                             c.role, simba_portable_take.session_id)::simba_owner;
+                RETURN;
+            END IF;
+        ELSIF NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
+              AND simba_portable_live(m, t, false) IS NOT false THEN
+            won := false;
+            owner := simba_portable_owner(m, t);
+            RETURN;
+        ELSE
+            BEGIN
+                SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex FOR NO KEY UPDATE;
+                same := simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c);
+                IF FOUND AND (m.owner_id IS NULL OR same OR simba_portable_live(m, t, true) IS false) THEN
+                    won := true;
+                    owner := simba_portable_renew_or_take(m, same AND simba_portable_live(m, t, true),
+                                                          contender, t, simba_portable_take.ttl_at, simba_portable_take.transition_at, c,
+                                                          simba_portable_take.session_id);
+                    RETURN;
+                END IF;
+                -- Lost on the latest version: roll back its row lock.
+                RAISE SQLSTATE 'SBP01';
+            EXCEPTION WHEN SQLSTATE 'SBP01' THEN
+                NULL;
+            END;
+        END IF;
+        IF tries >= 3 THEN
+            -- Lost to writers three times in a row: the row as it stands.
+            SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex;
+            won := false;
+            owner := CASE WHEN FOUND THEN simba_portable_owner(m, t) END;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The locked row m given to the caller: a renewal keeps its fence, a new
+-- tenure takes the next value of the sequence (never reused).
+CREATE FUNCTION simba_portable_renew_or_take(m simba_mutex, renewal boolean, contender text, t timestamptz,
+                                             ttl_at timestamptz, transition_at timestamptz,
+                                             c simba_portable_caller, session_id uuid)
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n simba_mutex;
+BEGIN
+    UPDATE simba_mutex AS x
+       SET owner_id = contender, owner_role = c.role, owner_roleid = c.roleid, owner_sysid = c.sysid,
+           session_id = simba_portable_renew_or_take.session_id, acquired_at = t, ttl_at = simba_portable_renew_or_take.ttl_at,
+           transition_at = simba_portable_renew_or_take.transition_at, clock_origin = NULL, version = x.version + 1,
+           fence = CASE WHEN renewal THEN x.fence ELSE pg_catalog.nextval('simba_mutex_fence') END
+     WHERE x.mutex = m.mutex
+    RETURNING x.* INTO n;
+    PERFORM simba_portable_log(m, n, false);
+    RETURN ROW(n.mutex, contender, t, simba_portable_renew_or_take.ttl_at, simba_portable_renew_or_take.transition_at, n.version, n.fence, t,
+               c.role, simba_portable_renew_or_take.session_id)::simba_owner;
+END
+$$;
+
+-- The caller's session for an acquire under it (simba_session_join): locked
+-- FOR KEY SHARE (a keepalive does not wait for it, a collection does), live
+-- and the caller's, else SB004. Its ttl_at and transition_at.
+CREATE FUNCTION simba_portable_join(session_id uuid, c simba_portable_caller,
+                                    OUT ttl_at timestamptz, OUT transition_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    found_it boolean;
+BEGIN
+    SELECT s.ttl_at, s.transition_at INTO ttl_at, transition_at
+      FROM simba_session_lease s
+     WHERE s.session_id = $1
+       AND CASE WHEN s.owner_sysid = c.sysid THEN s.owner_roleid = c.roleid ELSE s.owner_role = c.role END
+       FOR KEY SHARE;
+    found_it := FOUND;
+    -- The clock after the lock: the session must be live now.
+    IF NOT found_it OR transition_at <= pg_catalog.clock_timestamp() THEN
+        PERFORM simba_portable_no_session($1, found_it, transition_at);
+    END IF;
+END
+$$;
+
+-- A waiter's attempt under a session on a mutex another holder holds live:
+-- lost, read without a lock (docs/design.md, "A waiter's losing attempt
+-- locks nothing"); NULL when the full path must decide.
+CREATE FUNCTION simba_portable_lost_under_session(mutex text, contender text, t timestamptz,
+                                                  c simba_portable_caller, session_id uuid)
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+    m simba_mutex;
+BEGIN
+    SELECT x.* INTO m
+      FROM simba_session_lease s, simba_mutex x
+     WHERE s.session_id = simba_portable_lost_under_session.session_id
+       AND CASE WHEN s.owner_sysid = c.sysid THEN s.owner_roleid = c.roleid ELSE s.owner_role = c.role END
+       AND s.transition_at > t
+       AND x.mutex = simba_portable_lost_under_session.mutex;
+    IF FOUND AND NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
+       AND simba_portable_live(m, t, false) THEN
+        RETURN ROW(m.mutex, m.owner_id, m.acquired_at,
+                   COALESCE(simba_session_time(m.session_id, 'ttl_at', NULL), m.ttl_at),
+                   COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at),
+                   m.version, m.fence, t, m.owner_role, m.session_id)::simba_owner;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION simba_acquire(
+    mutex        text,
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_acquire', true);
+    t timestamptz := pg_catalog.clock_timestamp();
+    lease record;
+    lost simba_owner;
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    lease := simba_portable_lease(t, $3, $4);
+    IF $5 IS NOT NULL THEN
+        lost := simba_portable_lost_under_session($1, $2, t, c, $5);
+        IF (lost).mutex IS NOT NULL THEN
+            RETURN lost;
+        END IF;
+        lease := simba_portable_join($5, c);
+    END IF;
+    RETURN (simba_portable_take($1, $2, t, lease.ttl_at, lease.transition_at, c, $5)).owner;
+END
+$$;
+
+CREATE FUNCTION simba_renew(
+    mutex        text,
+    contender_id text,
+    fence        bigint,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds')
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_renew', true);
+    t timestamptz := pg_catalog.clock_timestamp();
+    lease record;
+    m simba_mutex;
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    lease := simba_portable_lease(t, $4, $5);
+    IF $3 IS NULL THEN
+        RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
+    ELSIF $3 <= 0 THEN
+        RAISE EXCEPTION 'fence must be positive' USING ERRCODE = '22023';
+    END IF;
+    -- Only the caller's live tenure with this fence, never a new one; one
+    -- under a session is renewed by its keepalive.
+    UPDATE simba_mutex AS x
+       SET acquired_at = t, ttl_at = lease.ttl_at, transition_at = lease.transition_at, clock_origin = NULL,
+           version = x.version + 1
+     WHERE x.mutex = $1 AND x.fence = $3 AND x.session_id IS NULL
+       AND simba_portable_same(x.owner_id, x.owner_role, x.owner_roleid, x.owner_sysid, $2, c)
+       AND x.transition_at > t
+    RETURNING x.* INTO m;
+    IF FOUND THEN
+        RETURN ROW(m.mutex, m.owner_id, m.acquired_at, m.ttl_at, m.transition_at, m.version, m.fence, t,
+                   m.owner_role, m.session_id)::simba_owner;
+    END IF;
+    SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1;
+    IF FOUND THEN
+        RETURN simba_portable_owner(m, t);
+    END IF;
+    RETURN ROW($1, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner;
+END
+$$;
+
+-- The caller's live tenure freed (free_row): true; else false, and a late
+-- release logged while history is on. Its NOTIFY is the caller's to send.
+CREATE FUNCTION simba_portable_release(mutex text, contender text, c simba_portable_caller, t timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+    m simba_mutex;
+    n simba_mutex;
+BEGIN
+    SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_release.mutex;
+    IF FOUND AND simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
+       AND simba_portable_live(m, t, false) THEN
+        BEGIN
+            SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_release.mutex FOR NO KEY UPDATE;
+            IF simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
+               AND simba_portable_live(m, t, true) THEN
+                UPDATE simba_mutex AS x
+                   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,
+                       session_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,
+                       released_at = t, version = x.version + 1
+                 WHERE x.mutex = simba_portable_release.mutex
+                RETURNING x.* INTO n;
+                PERFORM simba_portable_log(m, n, false);
+                RETURN true;
+            END IF;
+            RAISE SQLSTATE 'SBP01';
+        EXCEPTION WHEN SQLSTATE 'SBP01' THEN
+            NULL;
+        END;
+    END IF;
+    IF (SELECT s.history FROM simba_settings s) THEN
+        PERFORM simba_portable_log_late_release(mutex, contender, c, t);
+    END IF;
+    RETURN false;
+END
+$$;
+
+CREATE FUNCTION simba_release(mutex text, contender_id text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_release', true);
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    IF simba_portable_release($1, $2, c, pg_catalog.clock_timestamp()) THEN
+        PERFORM simba_portable_wake($1);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+CREATE FUNCTION simba_owner(mutex text)
+RETURNS simba_owner
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    t timestamptz;
+    m simba_mutex;
+BEGIN
+    PERFORM simba_portable_enter('simba_owner', false);
+    PERFORM simba_portable_name($1, 'mutex');
+    t := pg_catalog.clock_timestamp();
+    SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1;
+    IF FOUND THEN
+        RETURN simba_portable_owner(m, t);
+    END IF;
+    RETURN ROW($1, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner;
+END
+$$;
+
+CREATE FUNCTION simba_fence_check(mutex text, contender_id text, fence bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_fence_check', true);
+    m simba_mutex;
+    t timestamptz;
+    ends timestamptz;
+BEGIN
+    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    IF $3 IS NULL THEN
+        RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
+    ELSIF $3 <= 0 THEN
+        RAISE EXCEPTION 'fence must be positive' USING ERRCODE = '22023';
+    END IF;
+    -- FOR SHARE until the caller's transaction ends: a takeover waits for it.
+    SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1 FOR SHARE;
+    ends := COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at);
+    -- Read after the row lock: the lease must still hold now.
+    t := pg_catalog.clock_timestamp();
+    IF m.owner_id IS DISTINCT FROM $2 THEN
+        RAISE EXCEPTION 'contender "%" does not hold mutex "%"', $2, $1 USING ERRCODE = 'SB001',
+            DETAIL = CASE WHEN m.owner_id IS NULL THEN 'The mutex is free.'
+                          ELSE pg_catalog.format('It is held by "%s".', m.owner_id) END;
+    END IF;
+    IF NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, $2, c) THEN
+        RAISE EXCEPTION 'contender "%" of role "%" does not hold mutex "%"', $2, c.role, $1
+            USING ERRCODE = 'SB001',
+                  DETAIL = CASE WHEN m.owner_role IS NULL
+                                THEN pg_catalog.format('It is held by "%s", taken before version 1.3 without a role.', m.owner_id)
+                                ELSE pg_catalog.format('It is held by "%s" of role "%s".', m.owner_id, m.owner_role) END,
+                  HINT = 'A lease belongs to the role that took it.';
+    END IF;
+    IF $3 <> m.fence THEN
+        RAISE EXCEPTION 'stale fence % for mutex "%"', $3, $1 USING ERRCODE = 'SB002',
+            DETAIL = pg_catalog.format('The current fence is %s.', m.fence);
+    END IF;
+    IF ends <= t THEN
+        RAISE EXCEPTION 'lease of contender "%" on mutex "%" has expired', $2, $1 USING ERRCODE = 'SB003',
+            DETAIL = pg_catalog.format('It ended at %s.', ends),
+            HINT = 'Acquire the mutex again; the new lease gets a new fence.';
+    END IF;
+END
+$$;
+
+-- mutexes checked as simba_name checks one, each once, in byte order.
+CREATE FUNCTION simba_portable_names(mutexes text[])
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    names text[];
+    dup text;
+BEGIN
+    IF mutexes IS NULL THEN
+        RAISE EXCEPTION 'mutexes must not be null' USING ERRCODE = '22004';
+    ELSIF pg_catalog.array_ndims(mutexes) > 1 THEN
+        RAISE EXCEPTION 'mutexes must be a one-dimensional array' USING ERRCODE = '2202E';
+    ELSIF COALESCE(pg_catalog.cardinality(mutexes), 0) = 0 THEN
+        RAISE EXCEPTION 'mutexes must not be empty' USING ERRCODE = '22023';
+    ELSIF pg_catalog.cardinality(mutexes) > 1000 THEN
+        RAISE EXCEPTION 'mutexes must name at most 1000 mutexes' USING ERRCODE = '54000',
+            DETAIL = pg_catalog.format('It names %s.', pg_catalog.cardinality(mutexes));
+    ELSIF pg_catalog.array_position(mutexes, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'mutexes must not contain null' USING ERRCODE = '22004';
+    ELSIF '' = ANY (mutexes) THEN
+        RAISE EXCEPTION 'mutexes must not contain an empty name' USING ERRCODE = '22023';
+    END IF;
+    PERFORM simba_portable_name(n, 'a mutex name') FROM pg_catalog.unnest(mutexes) AS n;
+    SELECT pg_catalog.array_agg(n ORDER BY n COLLATE "C") INTO names FROM pg_catalog.unnest(mutexes) AS n;
+    SELECT n INTO dup FROM pg_catalog.unnest(names) AS n GROUP BY n HAVING pg_catalog.count(*) > 1
+     ORDER BY n COLLATE "C" LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'mutexes must name each mutex once' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('"%s" appears more than once.', dup);
+    END IF;
+    RETURN names;
+END
+$$;
+
+-- All or nothing (docs/design.md, "Multi-lock"): the members taken one by
+-- one in byte order inside a subtransaction rolled back at the first one
+-- it cannot take, with the session joined inside it.
+CREATE FUNCTION simba_acquire_all(
+    mutexes      text[],
+    contender_id text,
+    ttl          interval DEFAULT '10 seconds',
+    transition   interval DEFAULT '6 seconds',
+    session_id   uuid     DEFAULT NULL)
+RETURNS SETOF simba_owner
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER ROWS 10
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_acquire_all', true);
+    names text[] := simba_portable_names($1);
+    t timestamptz := pg_catalog.clock_timestamp();
+    lease record;
+    took record;
+    taken simba_owner[] := '{}';
+    n text;
+BEGIN
+    PERFORM simba_portable_name($2, 'contender_id');
+    lease := simba_portable_lease(t, $3, $4);
+    -- A waiter under a session that finds a member held live loses without the subtransaction.
+    IF $5 IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(names) AS x(name)
+                                  WHERE (simba_portable_lost_under_session(x.name, $2, t, c, $5)).mutex IS NOT NULL) THEN
+        BEGIN
+            IF $5 IS NOT NULL THEN
+                lease := simba_portable_join($5, c);
+            END IF;
+            FOREACH n IN ARRAY names LOOP
+                took := simba_portable_take(n, $2, t, lease.ttl_at, lease.transition_at, c, $5);
+                IF NOT took.won THEN
+                    RAISE SQLSTATE 'SBP01';
+                END IF;
+                taken := taken || took.owner;
+            END LOOP;
+            RETURN QUERY SELECT * FROM pg_catalog.unnest(taken);
+            RETURN;
+        EXCEPTION WHEN SQLSTATE 'SBP01' THEN
+            NULL;
+        END;
+    END IF;
+    -- Refused: every member as it stands, unchanged by this call.
+    RETURN QUERY
+        SELECT (CASE WHEN x.mutex IS NULL THEN ROW(name, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner
+                     ELSE simba_portable_owner(x, t) END).*
+          FROM pg_catalog.unnest(names) WITH ORDINALITY AS u(name, i)
+          LEFT JOIN simba_mutex x ON x.mutex = u.name
+         ORDER BY u.i;
+END
+$$;
+
+CREATE FUNCTION simba_release_all(mutexes text[], contender_id text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_release_all', true);
+    names text[] := simba_portable_names($1);
+    t timestamptz := pg_catalog.clock_timestamp();
+    released text[] := '{}';
+    n text;
+BEGIN
+    PERFORM simba_portable_name($2, 'contender_id');
+    FOREACH n IN ARRAY names LOOP
+        IF simba_portable_release(n, $2, c, t) THEN
+            released := released || n;
+        END IF;
+    END LOOP;
+    -- One NOTIFY per mutex released, as simba_release sends.
+    FOREACH n IN ARRAY released LOOP
+        PERFORM simba_portable_wake(n);
+    END LOOP;
+    RETURN pg_catalog.cardinality(released);
+END
+$$;

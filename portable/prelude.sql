@@ -1,0 +1,163 @@
+-- simba, portable edition: the same SQL API as the C extension, written in
+-- SQL and PL/pgSQL only, installed by a database's owner with psql where no
+-- C library may be loaded (managed PostgreSQL). `make portable` writes the
+-- script build/portable/simba_portable.sql from the extension's install
+-- script: its tables, types, views and comments as they are, each C
+-- function replaced by the PL/pgSQL of the same name in portable/*.sql
+-- (portable/build.sh). README.md, "The portable edition", lists what it
+-- cannot do as the C extension does, and why.
+--
+--   psql -v schema=simba -f simba_portable.sql "dbname=app user=app_owner"
+--
+-- Every lock function is SECURITY DEFINER, owned by the installing role
+-- (the tables are its, written only through the functions), with its
+-- search_path pinned to pg_catalog, the schema, pg_temp last. Inside it
+-- current_user is the owner, so the caller's role is read from the
+-- session: its SET ROLE, else its login role (simba_portable_caller).
+
+\set ON_ERROR_STOP on
+\if :{?schema}
+\else
+\set schema simba
+\endif
+
+BEGIN;
+SET LOCAL client_min_messages = warning;
+SELECT pg_catalog.to_regclass(pg_catalog.format('%I.simba_mutex', :'schema')) IS NOT NULL AS simba_present \gset
+\if :simba_present
+\echo simba is already installed in schema :schema: nothing to do
+ROLLBACK;
+\quit
+\endif
+CREATE SCHEMA IF NOT EXISTS :"schema";
+SET LOCAL search_path = :"schema", pg_catalog;
+
+-- What the C extension takes from superuser settings (simba.history,
+-- simba.max_lease, simba.notify): one row the owner edits, which no
+-- connection can override.
+CREATE TABLE simba_settings (
+    id        boolean  PRIMARY KEY DEFAULT true CHECK (id),
+    history   boolean  NOT NULL DEFAULT false,
+    max_lease interval NOT NULL DEFAULT '7 days' CHECK (max_lease > interval '0'),
+    notify    text     NOT NULL DEFAULT 'always' CHECK (notify IN ('always', 'registered')),
+    drop_live_leases boolean NOT NULL DEFAULT false,
+    edition   text     NOT NULL DEFAULT 'portable 1.4' CHECK (edition = 'portable 1.4')
+);
+COMMENT ON TABLE simba_settings IS
+  'simba (portable edition): its settings, one row the owner edits: history (log changes of hands to simba_mutex_history), max_lease (the longest ttl + transition or permit ttl), notify (always, or registered: a release sends NOTIFY simba only while a waiter registered with simba_wait); drop_live_leases (let DROP SCHEMA and DROP OWNED run while leases are live); edition: the installed version';
+INSERT INTO simba_settings DEFAULT VALUES;
+
+CREATE TYPE simba_portable_caller AS (role name, roleid oid, sysid bigint);
+
+-- The caller, as the C extension's simba_enter has it: the role the call
+-- runs for (by name and OID, with the cluster's system identifier, so a
+-- restore elsewhere matches roles by name), and the functions that write
+-- refuse a read-only transaction or a standby as it does.
+CREATE FUNCTION simba_portable_enter(fn text, writes boolean)
+RETURNS simba_portable_caller
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    c simba_portable_caller;
+BEGIN
+    IF writes AND pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute %() in a read-only transaction', fn
+            USING ERRCODE = '25006',
+                  HINT = 'Connect to the primary (target_session_attrs=read-write).';
+    END IF;
+    SELECT r.rolname, r.oid, (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)
+      INTO c.role, c.roleid, c.sysid
+      FROM pg_catalog.pg_roles r
+     WHERE r.rolname = CASE pg_catalog.current_setting('role')
+                       WHEN 'none' THEN session_user
+                       ELSE pg_catalog.current_setting('role') END;
+    RETURN c;
+END
+$$;
+
+-- Argument checks, with the C extension's SQLSTATEs and messages.
+CREATE FUNCTION simba_portable_name(v text, what text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF v IS NULL THEN
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
+    ELSIF v = '' THEN
+        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
+    ELSIF pg_catalog.length(v) > 256 THEN
+        RAISE EXCEPTION '% must be at most 256 characters', what USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('It has %s characters.', pg_catalog.length(v));
+    END IF;
+    RETURN v;
+END
+$$;
+
+CREATE FUNCTION simba_portable_duration(v interval, what text, allow_zero boolean)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF v IS NULL THEN
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
+    END IF;
+    -- A day or a month has no fixed length (DST, calendars): refuse them.
+    IF pg_catalog.date_part('year', v) <> 0 OR pg_catalog.date_part('month', v) <> 0
+       OR pg_catalog.date_part('day', v) <> 0 THEN
+        RAISE EXCEPTION '% must be a fixed duration', what USING ERRCODE = '22023',
+            DETAIL = 'Days and months have no fixed length.',
+            HINT = 'Write it in hours, minutes or seconds, for example ''48 hours''.';
+    END IF;
+    IF v < interval '0' OR (NOT allow_zero AND v = interval '0') THEN
+        RAISE EXCEPTION '% must %', what, CASE WHEN allow_zero THEN 'not be negative' ELSE 'be positive' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- ttl + transition within max_lease; the lease's ttl_at and transition_at from t.
+CREATE FUNCTION simba_portable_lease(t timestamptz, ttl interval, transition interval,
+                                     OUT ttl_at timestamptz, OUT transition_at timestamptz)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    max_lease interval := (SELECT s.max_lease FROM simba_settings s);
+BEGIN
+    PERFORM simba_portable_duration(ttl, 'ttl', false), simba_portable_duration(transition, 'transition', true);
+    IF ttl + transition > max_lease THEN
+        RAISE EXCEPTION 'lease must be at most simba.max_lease (% s)', pg_catalog.date_part('epoch', max_lease)
+            USING ERRCODE = '22023',
+                  HINT = 'Ask for a shorter ttl or transition, or have the owner raise max_lease in simba_settings.';
+    END IF;
+    BEGIN
+        ttl_at := t + ttl;
+        transition_at := ttl_at + transition;
+    EXCEPTION WHEN datetime_field_overflow THEN
+        RAISE EXCEPTION 'lease end is out of the timestamp range' USING ERRCODE = '22008',
+            HINT = 'Use a shorter ttl or transition.';
+    END;
+END
+$$;
+
+-- A NOTIFY simba for a released name, as simba_wake (wake.c) sends it:
+-- always, or under notify = 'registered' only when a waiter registered on
+-- the name's bucket (simba_wait holds it shared, so the try-lock fails).
+-- The try-lock here is exclusive (SQL has no RowExclusiveLock on advisory
+-- locks): two releases of one bucket at once both notify, never neither.
+CREATE FUNCTION simba_portable_wake(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF (SELECT s.notify FROM simba_settings s) = 'always'
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(1397312834, simba_portable_bucket(name)) THEN
+        PERFORM pg_catalog.pg_notify('simba', name);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION simba_portable_bucket(name text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT (pg_catalog.hashtext(name) & 31) $$;
