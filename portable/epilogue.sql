@@ -14,4 +14,7 @@ $$;
 -- Nothing for PUBLIC or anyone but the owner, whatever the default
 -- privileges of the installing role: the owner grants with simba_grant.
 SELECT simba_strip_privileges(false) AS simba_revoked \gset
+\if :{?simba_in_transaction}
+\else
 COMMIT;
+\endif

@@ -21,11 +21,25 @@
 \set schema simba
 \endif
 
+-- One transaction, unless the caller runs the script inside its own
+-- (-v simba_in_transaction=1: portable/from_extension.sql does).
+\if :{?simba_in_transaction}
+\else
 BEGIN;
+\endif
 SET LOCAL client_min_messages = warning;
-SELECT pg_catalog.to_regclass(pg_catalog.format('%I.simba_mutex', :'schema')) IS NOT NULL AS simba_present \gset
-\if :simba_present
-\echo simba is already installed in schema :schema: nothing to do
+SELECT pg_catalog.to_regclass(pg_catalog.format('%I.simba_mutex', :'schema')) IS NOT NULL AS simba_present,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+                WHERE e.extname = 'simba' AND n.nspname = :'schema') AS simba_extension \gset
+\if :simba_extension
+DO $$
+BEGIN
+    RAISE EXCEPTION 'the C extension simba is installed in this schema' USING ERRCODE = '42710',
+        HINT = 'To move to the portable edition, see README.md, "Moving between editions".';
+END
+$$;
+\elif :simba_present
+\echo The portable edition of simba is already installed in schema :schema, nothing to do.
 ROLLBACK;
 \quit
 \endif
