@@ -34,9 +34,9 @@ awk -v types="$types" -v helpers="$helpers" '
   }
 ' "${sources[@]}" > "$api"
 cat prelude.sql "$types"
-# The install script, its C functions replaced; the portable edition has no
-# event trigger (only a superuser may create one) and is no extension
-# (pg_extension_config_dump).
+# The install script, its C functions replaced; the portable edition is no
+# extension (pg_extension_config_dump), and attaches its event trigger only
+# where it may (epilogue.sql).
 awk -v api="$api" '
   BEGIN {
     RS = "\035\n"; FS = "\036\n"
@@ -50,6 +50,9 @@ awk -v api="$api" '
   /^COMMENT ON EVENT TRIGGER / { skip_comment = 1 }
   skip_comment { if (/;$/) skip_comment = 0; next }
   /^SELECT @extschema@.simba_strip_privileges/ { next }
+  # The history is logged by the functions themselves (history.sql): no trigger call on every write.
+  /^CREATE TRIGGER simba_mutex_history_/ { skip_trigger = 1 }
+  skip_trigger { if (/;$/) skip_trigger = 0; next }
   /^CREATE FUNCTION @extschema@\./ { cf = 1; header = $0; name = $3; sub(/^@extschema@\./, "", name); sub(/\(.*/, "", name); body = ""; }
   cf {
     body = body $0 "\n"

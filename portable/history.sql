@@ -1,9 +1,10 @@
 -- Ownership history (history.c) and the admin's forced release. The
 -- portable edition logs from its functions (simba_portable_log), with the
--- exact old and new rows, while simba_settings.history is on; the history
--- trigger it keeps on simba_mutex logs nothing, so that a restore's COPY
--- or an owner's fix by hand is not taken for a change of hands, as the C
--- extension's trigger logs only its own functions' writes.
+-- exact old and new rows, while simba_settings.history is on. It attaches
+-- no trigger to simba_mutex (portable/build.sh leaves them out): a trigger
+-- call on every write would cost each call, and a restore's COPY or an
+-- owner's fix by hand is no change of hands. simba_history_trigger is
+-- there for the same API, and logs nothing.
 
 CREATE FUNCTION simba_history_trigger()
 RETURNS trigger
