@@ -8,6 +8,8 @@
 # the benchmark programs built by `make bench` (or bench/run.sh).
 #
 #   bench/callgrind-protocols.sh simba/pair jdbc/pair simba/renew jdbc/renew ...
+#   bench/callgrind-protocols.sh simba/pair portable/pair shedlock/pair simba/renew portable/renew shedlock/renew
+#   (portable/...: the portable edition, installed from build/portable by make portable)
 #   N1=200 N2=1200 (defaults)
 #   SETUP_SQL='...' runs after CREATE EXTENSION, to price one part of a pair
 #   (e.g. 'ALTER TABLE simba_mutex DISABLE TRIGGER USER': the history triggers)
@@ -50,8 +52,10 @@ N1=${N1:-200} N2=${N2:-1200}
 ir_of() { callgrind_annotate "$1" 2>/dev/null | sed -n 's/^\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d , ; }
 for v in "$@"; do
   declare -A ir=()
+  portable=()
+  [[ $v != portable/* ]] || portable=(--portable "$PWD/build/portable/simba_portable.sql")
   for n in $N1 $N2; do
-    pid=$("$bench" --ops "$n" --rounds 1 --clients 1 --only "$v" 2>&1 >/dev/null |
+    pid=$("$bench" --ops "$n" --rounds 1 --clients 1 --only "$v" "${portable[@]}" 2>&1 >/dev/null |
       sed -n 's/^client backend pid \([0-9]*\)$/\1/p' | tail -1)
     [ -n "$pid" ] || { echo "$0: no client backend for $v" >&2; exit 1; }
     # Its profile is written as it exits.

@@ -21,6 +21,7 @@ if [ "${1:-}" != --suite ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
+  make -s portable
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   cmake --build "$out/cmake" -j2 --target bench_throughput bench_handoff bench_failover bench_scale bench_overhead \
     bench_memory bench_primitives simba_fault_proxy >/dev/null
@@ -68,7 +69,8 @@ fi
 
 rc=0
 if on 1; then
-  "$bin/bench_throughput" "${b1[@]}" --redis "$redis_dir/redis.sock" --json "$out/throughput.json" 2>&1 | log || rc=1
+  "$bin/bench_throughput" "${b1[@]}" --redis "$redis_dir/redis.sock" --portable "$root/build/portable/simba_portable.sql" \
+    --json "$out/throughput.json" 2>&1 | log || rc=1
   # The same statements at a datacenter round trip (0.2 ms: 100 us each way
   # through simba_fault_proxy), one client: what a service across the
   # network sees, where round trips cost what the server's work does.

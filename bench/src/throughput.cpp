@@ -7,6 +7,8 @@
 // result is the median over rounds, so machine noise hits all alike.
 //
 //   simba       SELECT * FROM simba_acquire(...)   + SELECT simba_release(...)
+//   portable    the same two calls of the portable edition (portable/,
+//               --portable PATH installs its script in schema simba_portable)
 //   simba_registered  the same under SET simba.notify = registered (pair
 //               only; a superuser's connection): nobody waits, so the release
 //               skips its NOTIFY (README, "Wake-ups")
@@ -124,6 +126,13 @@ std::vector<Variant> variants() {
     };
     v.push_back({"simba", "pair", false, simba_prepare, simba_acq, simba_rel, nullptr});
     v.push_back({"simba", "renew", false, simba_prepare, simba_acq, simba_rel, nullptr});
+    // ---------------------------------------------------------- the portable edition
+    auto portable_prepare = [](Ctx& c) {
+        c.pg->prepare("acq", "SELECT o.owner_id FROM simba_portable.simba_acquire($1, $2, $3::interval, $4::interval) AS o");
+        c.pg->prepare("rel", "SELECT simba_portable.simba_release($1, $2)");
+    };
+    v.push_back({"portable", "pair", false, portable_prepare, simba_acq, simba_rel, nullptr});
+    v.push_back({"portable", "renew", false, portable_prepare, simba_acq, simba_rel, nullptr});
     auto simba_registered_prepare = [simba_prepare](Ctx& c) {
         c.pg->exec("SET simba.notify = registered");
         simba_prepare(c);
@@ -473,17 +482,26 @@ RunResult run(const Variant& v, int clients, double seconds, int mutexes, const 
     return r;
 }
 
-void setup(int mutexes) {
+void setup(int mutexes, const std::string& portable_script) {
     Conn c(g_conninfo);
     c.exec("SET client_min_messages = warning");
     c.exec("CREATE EXTENSION IF NOT EXISTS simba");
+    std::string n = std::to_string(mutexes - 1);
+    if (!portable_script.empty()) {  // psql runs the script (it uses psql's variables)
+        c.exec("DROP SCHEMA IF EXISTS simba_portable CASCADE");
+        std::string cmd = "psql -Xq -v ON_ERROR_STOP=1 -v schema=simba_portable -f '" + portable_script + "' '" +
+                          g_conninfo + "'";
+        if (std::system(cmd.c_str()) != 0) throw std::runtime_error("could not install the portable edition: " + cmd);
+        c.exec("SELECT count(simba_portable.simba_release('bm' || i, 'setup')) FROM generate_series(0, " + n +
+               ") i, LATERAL simba_portable.simba_acquire('bm' || i, 'setup') o");
+        c.exec("VACUUM ANALYZE simba_portable.simba_mutex");
+    }
     c.exec("DROP TABLE IF EXISTS bench_floor, bench_jdbc, shedlock");
     c.exec("CREATE TABLE bench_floor (LIKE simba_mutex INCLUDING ALL) WITH (fillfactor = 50)");
     c.exec("CREATE TABLE bench_jdbc (LIKE simba_mutex INCLUDING ALL) WITH (fillfactor = 50)");
     // ShedLock's documented PostgreSQL table.
     c.exec("CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,"
            " locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))");
-    std::string n = std::to_string(mutexes - 1);
     c.exec("INSERT INTO bench_floor (mutex) SELECT 'bm' || i FROM generate_series(0, " + n + ") i");
     c.exec("INSERT INTO bench_jdbc (mutex) SELECT 'bm' || i FROM generate_series(0, " + n + ") i");
     c.exec("INSERT INTO shedlock SELECT 'bm' || i, timezone('utc', now()) - interval '1 s',"
@@ -499,13 +517,14 @@ int main(int argc, char** argv) {
     double seconds = 2;
     int rounds = 3, mutexes = 1000;
     std::vector<int> clients{1, 2, 8};
-    std::string redis_path, only, json_path, host, port;
+    std::string redis_path, only, json_path, host, port, portable_script;
     Options cli("benchmark 1: acquire throughput of simba and its baselines");
     cli.add_option("--seconds", seconds, "length of each run")->check(CLI::PositiveNumber);
     cli.add_option("--rounds", rounds, "alternating rounds of every variant")->check(CLI::PositiveNumber);
     cli.add_option("--mutexes", mutexes, "mutexes the clients spread over")->check(CLI::PositiveNumber);
     cli.add_option("--clients", clients, "client counts (comma-separated)")->delimiter(',');
     cli.add_option("--redis", redis_path, "unix socket of a Redis: adds the Redis variants");
+    cli.add_option("--portable", portable_script, "the portable edition's script: adds the portable variants");
     cli.add_option("--only", only, "comma list of name/mode, e.g. simba/pair,floor/pair (diagnostics too)");
     cli.add_option("--host", host, "server host (default: libpq's environment)");
     cli.add_option("--port", port, "server port");
@@ -515,10 +534,11 @@ int main(int argc, char** argv) {
     if (!host.empty()) g_conninfo += "host=" + host;
     if (!port.empty()) g_conninfo += " port=" + port;
 
-    setup(mutexes);
+    setup(mutexes, portable_script);
     std::vector<Variant> all = variants(), vs;
     for (auto& v : all) {
         if (v.needs_redis && redis_path.empty()) continue;
+        if (v.name == "portable" && portable_script.empty()) continue;
         static const std::string diag = ",simba_call,simba_client,simba_nonotify,floor_nonotify,jdbc_notify,jdbc_begin_rt,";
         if (diag.find("," + v.name + ",") != std::string::npos && only.empty()) continue;  // diagnostics: only when asked for
         if (!only.empty() && ("," + only + ",").find("," + v.name + "/" + v.mode + ",") == std::string::npos) continue;
@@ -581,6 +601,10 @@ int main(int argc, char** argv) {
                                            {"vs_floor", ratio(key, "floor/" + mode, c)},
                                            {"simba_over", ratio("simba/" + mode, key, c)}});
             }
+        }
+        if (res.count("portable/" + mode) && res.count("shedlock/" + mode)) {
+            t.rows.push_back({"portable/shedlock"});
+            for (int c : clients) t.rows.back().push_back(fmt(ratio("portable/" + mode, "shedlock/" + mode, c)));
         }
         t.print(std::string("Benchmark 1 — acquire throughput, ") +
                 (mode == std::string("pair") ? "acquire+release pairs" : "renewals (ops = leases renewed)") +

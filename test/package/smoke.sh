@@ -107,4 +107,15 @@ check "simba-cli's alert rules pass their tests in /usr/share/simba" \
   sh -c 'cd /usr/share/simba/prometheus && promtool test rules simba-alerts.test.yml >/dev/null'
 check "simba-cli ships the dashboard and the exporter queries" \
   test -s /usr/share/simba/grafana/simba.json -a -s /usr/share/simba/postgres_exporter.yaml
+# the portable edition ships with simba-cli: a database's owner, no
+# superuser, installs it from /usr/share/simba/portable and takes a lock
+portable() {
+  psql -Xq -d postgres -c "DROP DATABASE IF EXISTS smoke_portable" -c "DROP ROLE IF EXISTS smoke_portable" \
+    -c "CREATE ROLE smoke_portable LOGIN" -c "CREATE DATABASE smoke_portable OWNER smoke_portable" &&
+    psql -Xq -U smoke_portable -d smoke_portable -v ON_ERROR_STOP=1 -v schema=simba \
+      -f /usr/share/simba/portable/simba_portable.sql &&
+    [ "$(psql -XAtq -U smoke_portable -d smoke_portable -c "SELECT owner_id FROM simba.simba_acquire('m', 'me')")" = me ] &&
+    test -s /usr/share/simba/portable/move.sql
+}
+check "a database's owner installs the packaged portable edition and takes a lock" portable
 exit $failed
