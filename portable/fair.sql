@@ -90,12 +90,18 @@ DECLARE
     lease record;
     entry_end timestamptz;
     place simba_portable_place;
+    st simba_settings;
     took record;
     holds boolean;
     o simba_owner;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
-    lease := simba_portable_lease(t, $3, $4);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
+    SELECT * INTO st FROM simba_settings;
+    lease := simba_portable_lease(t, $3, $4, st.max_lease);
     entry_end := lease.transition_at;  -- the queue entry's own lease, under a session too
     -- Entries judged at t, read before the lock: one may count as live a little longer, never shorter.
     PERFORM simba_portable_drop_lapsed($1, t);
@@ -116,7 +122,8 @@ BEGIN
         place := simba_portable_place($1, $2, c, t);
         -- The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex.
         IF COALESCE(holds, false) OR place.ahead = 0 THEN
-            took := simba_portable_take($1, $2, t, lease.ttl_at, lease.transition_at, c, $5);
+            took := simba_portable_take((SELECT x FROM simba_mutex x WHERE x.mutex = $1), $1, $2, t,
+                                        lease.ttl_at, lease.transition_at, c, $5, st.history);
             IF took.won THEN
                 -- Its turn came: it leaves the queue.
                 IF place.queued THEN
@@ -162,8 +169,12 @@ DECLARE
     released boolean;
     place simba_portable_place;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
-    released := simba_portable_release($1, $2, c, t);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
+    released := (simba_portable_release($1, $2, c, t)).released;
     PERFORM simba_portable_drop_lapsed($1, t);
     -- A waiter that gives up leaves the queue (its place goes to the next).
     place := simba_portable_place($1, $2, c, t);

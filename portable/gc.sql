@@ -19,7 +19,9 @@ DECLARE
     deleted bigint;
 BEGIN
     PERFORM simba_portable_enter('simba_mutex_gc', true);
-    PERFORM simba_portable_duration($1, 'idle_for', true);
+    IF simba_portable_bad_duration($1, true) THEN
+        PERFORM simba_portable_duration($1, 'idle_for', true);
+    END IF;
     IF $2 <= 0 THEN
         RAISE EXCEPTION 'max_rows must be positive' USING ERRCODE = '22023',
             HINT = 'Pass NULL to remove every idle row.';

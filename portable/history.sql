@@ -17,14 +17,12 @@ $$;
 
 -- A change of hands from row old (NULL: inserted) to row new: acquired,
 -- taken_over, reacquired, released or forced_release; a renewal is not.
+-- Called while simba_settings.history is on.
 CREATE FUNCTION simba_portable_log(old simba_mutex, new simba_mutex, forced boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF NOT (SELECT s.history FROM simba_settings s) THEN
-        RETURN;
-    END IF;
     IF old.mutex IS NOT NULL AND old.owner_id IS NOT DISTINCT FROM new.owner_id AND old.fence = new.fence THEN
         RETURN;
     END IF;
@@ -105,7 +103,9 @@ DECLARE
     t timestamptz;
 BEGIN
     PERFORM simba_portable_enter('simba_force_release', true);
-    PERFORM simba_portable_name($1, 'mutex');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    END IF;
     -- The mutex row first, then its session's, as an acquire under it locks them.
     SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1 FOR UPDATE;
     t := pg_catalog.clock_timestamp();
@@ -117,7 +117,9 @@ BEGIN
            acquired_at = NULL, ttl_at = NULL, transition_at = NULL, released_at = t, version = x.version + 1
      WHERE x.mutex = $1
     RETURNING x.* INTO n;
-    PERFORM simba_portable_log(m, n, true);
+    IF (SELECT s.history FROM simba_settings s) THEN
+        PERFORM simba_portable_log(m, n, true);
+    END IF;
     IF m.session_id IS NOT NULL THEN
         UPDATE simba_session_lease AS s SET revoked = s.revoked + 1 WHERE s.session_id = m.session_id;
     END IF;

@@ -18,13 +18,21 @@ AS $$
 DECLARE
     live boolean := simba_portable_live(m, t, false);
 BEGIN
-    RETURN ROW(m.mutex, CASE WHEN live THEN m.owner_id END, m.acquired_at,
-               COALESCE(simba_session_time(m.session_id, 'ttl_at', NULL), m.ttl_at),
-               COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at),
+    IF m.session_id IS NOT NULL THEN
+        m.ttl_at := COALESCE(simba_session_time(m.session_id, 'ttl_at', NULL), m.ttl_at);
+        m.transition_at := COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at);
+    END IF;
+    RETURN ROW(m.mutex, CASE WHEN live THEN m.owner_id END, m.acquired_at, m.ttl_at, m.transition_at,
                m.version, m.fence, t,
                CASE WHEN live THEN m.owner_role END, CASE WHEN live THEN m.session_id END)::simba_owner;
 END
 $$;
+
+-- A mutex never used: free, version and fence 0.
+CREATE FUNCTION simba_portable_unused(mutex text, t timestamptz)
+RETURNS simba_owner
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT ROW(mutex, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner $$;
 
 -- SIMBA_MUTEX_LIVE (simba.h): held, by its own lease or its session's;
 -- lock: an ended session's row FOR SHARE (simba_session_ended). NULL when
@@ -50,35 +58,38 @@ SELECT COALESCE(owner_id = contender
                          ELSE owner_role = c.role END, false)
 $$;
 
--- One acquire attempt (simba_mutex_take): won, and the owner after it.
--- The new tenure's times are ttl_at and transition_at from t (a session's
--- at the join, under session_id).
-CREATE FUNCTION simba_portable_take(mutex text, contender text, t timestamptz, ttl_at timestamptz,
-                                    transition_at timestamptz, c simba_portable_caller, session_id uuid,
-                                    OUT won boolean, OUT owner simba_owner)
+-- One acquire (simba_mutex_take): won, and the owner after it. m is the
+-- row as the caller read it without a lock (NULL: absent); the new
+-- tenure's times are ttl_at and transition_at from t (a session's at the
+-- join, under session_id). A call that may win locks the row in a
+-- subtransaction, decides again on that latest version, and rolls the
+-- subtransaction (and its lock) back if it lost after all.
+CREATE FUNCTION simba_portable_take(m simba_mutex, mutex text, contender text, t timestamptz,
+                                    ttl_at timestamptz, transition_at timestamptz, c simba_portable_caller,
+                                    session_id uuid, history boolean, OUT won boolean, OUT owner simba_owner)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_variable
 DECLARE
-    m simba_mutex;
-    same boolean;
+    n simba_mutex;
+    renewal boolean;
     tries integer := 0;
 BEGIN
     LOOP
         tries := tries + 1;
-        SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex;
-        IF NOT FOUND THEN
+        IF m.mutex IS NULL THEN
             INSERT INTO simba_mutex AS x (mutex, owner_id, owner_role, owner_roleid, owner_sysid, acquired_at,
                                           ttl_at, transition_at, session_id, version, fence)
-            VALUES (simba_portable_take.mutex, contender, c.role, c.roleid, c.sysid, t, simba_portable_take.ttl_at, simba_portable_take.transition_at,
-                    simba_portable_take.session_id, 1, pg_catalog.nextval('simba_mutex_fence'))
+            VALUES (mutex, contender, c.role, c.roleid, c.sysid, t, ttl_at, transition_at, session_id, 1,
+                    pg_catalog.nextval('simba_mutex_fence'))
             ON CONFLICT DO NOTHING
-            RETURNING x.* INTO m;
+            RETURNING x.* INTO n;
             IF FOUND THEN
-                PERFORM simba_portable_log(NULL, m, false);
+                IF history THEN
+                    PERFORM simba_portable_log(NULL, n, false);
+                END IF;
                 won := true;
-                owner := ROW(m.mutex, contender, t, simba_portable_take.ttl_at, simba_portable_take.transition_at, m.version, m.fence, t,
-                             c.role, simba_portable_take.session_id)::simba_owner;
+                owner := ROW(mutex, contender, t, ttl_at, transition_at, 1, n.fence, t, c.role, session_id);
                 RETURN;
             END IF;
         ELSIF NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
@@ -89,13 +100,28 @@ BEGIN
         ELSE
             BEGIN
                 SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex FOR NO KEY UPDATE;
-                same := simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c);
-                IF FOUND AND (m.owner_id IS NULL OR same OR simba_portable_live(m, t, true) IS false) THEN
-                    won := true;
-                    owner := simba_portable_renew_or_take(m, same AND simba_portable_live(m, t, true),
-                                                          contender, t, simba_portable_take.ttl_at, simba_portable_take.transition_at, c,
-                                                          simba_portable_take.session_id);
-                    RETURN;
+                IF FOUND THEN
+                    renewal := simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid,
+                                                   contender, c);
+                    IF m.owner_id IS NULL OR renewal OR simba_portable_live(m, t, true) IS false THEN
+                        renewal := renewal AND simba_portable_live(m, t, true);
+                        UPDATE simba_mutex AS x
+                           SET owner_id = contender, owner_role = c.role, owner_roleid = c.roleid,
+                               owner_sysid = c.sysid, session_id = simba_portable_take.session_id,
+                               acquired_at = t, ttl_at = simba_portable_take.ttl_at,
+                               transition_at = simba_portable_take.transition_at, clock_origin = NULL,
+                               version = x.version + 1,
+                               fence = CASE WHEN renewal THEN x.fence ELSE pg_catalog.nextval('simba_mutex_fence') END
+                         WHERE x.mutex = simba_portable_take.mutex
+                        RETURNING x.* INTO n;
+                        IF history THEN
+                            PERFORM simba_portable_log(m, n, false);
+                        END IF;
+                        won := true;
+                        owner := ROW(mutex, contender, t, ttl_at, transition_at, n.version, n.fence, t, c.role,
+                                     session_id);
+                        RETURN;
+                    END IF;
                 END IF;
                 -- Lost on the latest version: roll back its row lock.
                 RAISE SQLSTATE 'SBP01';
@@ -103,39 +129,17 @@ BEGIN
                 NULL;
             END;
         END IF;
+        -- A concurrent first use, or a writer that won first: decide on the row as it is now.
+        SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex;
         IF tries >= 3 THEN
-            -- Lost to writers three times in a row: the row as it stands.
-            SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex;
+            IF m.mutex IS NULL THEN
+                RAISE EXCEPTION 'simba: mutex row vanished while acquiring';
+            END IF;
             won := false;
-            owner := CASE WHEN FOUND THEN simba_portable_owner(m, t) END;
+            owner := simba_portable_owner(m, t);
             RETURN;
         END IF;
     END LOOP;
-END
-$$;
-
--- The locked row m given to the caller: a renewal keeps its fence, a new
--- tenure takes the next value of the sequence (never reused).
-CREATE FUNCTION simba_portable_renew_or_take(m simba_mutex, renewal boolean, contender text, t timestamptz,
-                                             ttl_at timestamptz, transition_at timestamptz,
-                                             c simba_portable_caller, session_id uuid)
-RETURNS simba_owner
-LANGUAGE plpgsql VOLATILE
-AS $$
-#variable_conflict use_variable
-DECLARE
-    n simba_mutex;
-BEGIN
-    UPDATE simba_mutex AS x
-       SET owner_id = contender, owner_role = c.role, owner_roleid = c.roleid, owner_sysid = c.sysid,
-           session_id = simba_portable_renew_or_take.session_id, acquired_at = t, ttl_at = simba_portable_renew_or_take.ttl_at,
-           transition_at = simba_portable_renew_or_take.transition_at, clock_origin = NULL, version = x.version + 1,
-           fence = CASE WHEN renewal THEN x.fence ELSE pg_catalog.nextval('simba_mutex_fence') END
-     WHERE x.mutex = m.mutex
-    RETURNING x.* INTO n;
-    PERFORM simba_portable_log(m, n, false);
-    RETURN ROW(n.mutex, contender, t, simba_portable_renew_or_take.ttl_at, simba_portable_renew_or_take.transition_at, n.version, n.fence, t,
-               c.role, simba_portable_renew_or_take.session_id)::simba_owner;
 END
 $$;
 
@@ -183,10 +187,8 @@ BEGIN
        AND x.mutex = simba_portable_lost_under_session.mutex;
     IF FOUND AND NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
        AND simba_portable_live(m, t, false) THEN
-        RETURN ROW(m.mutex, m.owner_id, m.acquired_at,
-                   COALESCE(simba_session_time(m.session_id, 'ttl_at', NULL), m.ttl_at),
-                   COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at),
-                   m.version, m.fence, t, m.owner_role, m.session_id)::simba_owner;
+        m.owner_id := COALESCE(m.owner_id, '');  -- simba_portable_owner shows it: it is live
+        RETURN simba_portable_owner(m, t);
     END IF;
     RETURN NULL;
 END
@@ -205,11 +207,18 @@ AS $$
 DECLARE
     c simba_portable_caller := simba_portable_enter('simba_acquire', true);
     t timestamptz := pg_catalog.clock_timestamp();
+    r record;
     lease record;
     lost simba_owner;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
-    lease := simba_portable_lease(t, $3, $4);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
+    -- The settings and the row, in one statement, without a lock.
+    SELECT s AS st, x AS m INTO r FROM simba_settings s LEFT JOIN simba_mutex x ON x.mutex = $1;
+    lease := simba_portable_lease(t, $3, $4, (r.st).max_lease);
     IF $5 IS NOT NULL THEN
         lost := simba_portable_lost_under_session($1, $2, t, c, $5);
         IF (lost).mutex IS NOT NULL THEN
@@ -217,7 +226,7 @@ BEGIN
         END IF;
         lease := simba_portable_join($5, c);
     END IF;
-    RETURN (simba_portable_take($1, $2, t, lease.ttl_at, lease.transition_at, c, $5)).owner;
+    RETURN (simba_portable_take(r.m, $1, $2, t, lease.ttl_at, lease.transition_at, c, $5, (r.st).history)).owner;
 END
 $$;
 
@@ -237,8 +246,12 @@ DECLARE
     lease record;
     m simba_mutex;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
-    lease := simba_portable_lease(t, $4, $5);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
+    lease := simba_portable_lease(t, $4, $5, (SELECT s.max_lease FROM simba_settings s));
     IF $3 IS NULL THEN
         RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
     ELSIF $3 <= 0 THEN
@@ -261,46 +274,54 @@ BEGIN
     IF FOUND THEN
         RETURN simba_portable_owner(m, t);
     END IF;
-    RETURN ROW($1, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner;
+    RETURN simba_portable_unused($1, t);
 END
 $$;
 
--- The caller's live tenure freed (free_row): true; else false, and a late
--- release logged while history is on. Its NOTIFY is the caller's to send.
-CREATE FUNCTION simba_portable_release(mutex text, contender text, c simba_portable_caller, t timestamptz)
-RETURNS boolean
+-- The caller's live tenure freed (free_row): released; else not, and a
+-- late release logged while history is on. It locks the row in a
+-- subtransaction (a holder's release waits for a fence check in flight, as
+-- the C extension's does) and rolls it back when the caller does not hold
+-- it, so a release by anyone else keeps no lock. notify: the setting for
+-- the NOTIFY that is the caller's to send (simba_portable_wake).
+CREATE FUNCTION simba_portable_release(mutex text, contender text, c simba_portable_caller, t timestamptz,
+                                       OUT released boolean, OUT notify text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_variable
 DECLARE
-    m simba_mutex;
+    r record;
     n simba_mutex;
 BEGIN
-    SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_release.mutex;
-    IF FOUND AND simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
-       AND simba_portable_live(m, t, false) THEN
-        BEGIN
-            SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_release.mutex FOR NO KEY UPDATE;
-            IF simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
-               AND simba_portable_live(m, t, true) THEN
-                UPDATE simba_mutex AS x
-                   SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,
-                       session_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,
-                       released_at = t, version = x.version + 1
-                 WHERE x.mutex = simba_portable_release.mutex
-                RETURNING x.* INTO n;
-                PERFORM simba_portable_log(m, n, false);
-                RETURN true;
+    released := false;
+    BEGIN
+        -- The row, locked, and the settings: one statement.
+        SELECT x AS m, s AS st INTO r
+          FROM simba_mutex x, simba_settings s
+         WHERE x.mutex = simba_portable_release.mutex FOR NO KEY UPDATE OF x;
+        notify := (r.st).notify;
+        IF simba_portable_same((r.m).owner_id, (r.m).owner_role, (r.m).owner_roleid, (r.m).owner_sysid,
+                               contender, c)
+           AND simba_portable_live(r.m, t, true) THEN
+            UPDATE simba_mutex AS x
+               SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,
+                   session_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,
+                   released_at = t, version = x.version + 1
+             WHERE x.mutex = simba_portable_release.mutex
+            RETURNING x.* INTO n;
+            IF (r.st).history THEN
+                PERFORM simba_portable_log(r.m, n, false);
             END IF;
-            RAISE SQLSTATE 'SBP01';
-        EXCEPTION WHEN SQLSTATE 'SBP01' THEN
-            NULL;
-        END;
-    END IF;
-    IF (SELECT s.history FROM simba_settings s) THEN
+            released := true;
+            RETURN;
+        END IF;
+        RAISE SQLSTATE 'SBP01';
+    EXCEPTION WHEN SQLSTATE 'SBP01' THEN
+        NULL;
+    END;
+    IF (r.st).history THEN
         PERFORM simba_portable_log_late_release(mutex, contender, c, t);
     END IF;
-    RETURN false;
 END
 $$;
 
@@ -311,13 +332,20 @@ SET search_path = pg_catalog, :"schema", pg_temp
 AS $$
 DECLARE
     c simba_portable_caller := simba_portable_enter('simba_release', true);
+    r record;
+    woke boolean;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
-    IF simba_portable_release($1, $2, c, pg_catalog.clock_timestamp()) THEN
-        PERFORM simba_portable_wake($1);
-        RETURN true;
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
     END IF;
-    RETURN false;
+    r := simba_portable_release($1, $2, c, pg_catalog.clock_timestamp());
+    IF r.released THEN
+        -- Wakes the waiters (delivered at commit, like NOTIFY).
+        woke := simba_portable_wake($1, r.notify);
+    END IF;
+    RETURN r.released;
 END
 $$;
 
@@ -327,17 +355,19 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, :"schema", pg_temp
 AS $$
 DECLARE
+    c simba_portable_caller := simba_portable_enter('simba_owner', false);
     t timestamptz;
     m simba_mutex;
 BEGIN
-    PERFORM simba_portable_enter('simba_owner', false);
-    PERFORM simba_portable_name($1, 'mutex');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    END IF;
     t := pg_catalog.clock_timestamp();
     SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1;
     IF FOUND THEN
         RETURN simba_portable_owner(m, t);
     END IF;
-    RETURN ROW($1, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner;
+    RETURN simba_portable_unused($1, t);
 END
 $$;
 
@@ -352,7 +382,11 @@ DECLARE
     t timestamptz;
     ends timestamptz;
 BEGIN
-    PERFORM simba_portable_name($1, 'mutex'), simba_portable_name($2, 'contender_id');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'mutex');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
     ELSIF $3 <= 0 THEN
@@ -360,7 +394,8 @@ BEGIN
     END IF;
     -- FOR SHARE until the caller's transaction ends: a takeover waits for it.
     SELECT * INTO m FROM simba_mutex x WHERE x.mutex = $1 FOR SHARE;
-    ends := COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at);
+    ends := CASE WHEN m.session_id IS NULL THEN m.transition_at
+                 ELSE COALESCE(simba_session_time(m.session_id, 'transition_at', NULL), m.transition_at) END;
     -- Read after the row lock: the lease must still hold now.
     t := pg_catalog.clock_timestamp();
     IF m.owner_id IS DISTINCT FROM $2 THEN
@@ -440,13 +475,17 @@ DECLARE
     c simba_portable_caller := simba_portable_enter('simba_acquire_all', true);
     names text[] := simba_portable_names($1);
     t timestamptz := pg_catalog.clock_timestamp();
+    st simba_settings;
     lease record;
     took record;
     taken simba_owner[] := '{}';
     n text;
 BEGIN
-    PERFORM simba_portable_name($2, 'contender_id');
-    lease := simba_portable_lease(t, $3, $4);
+    IF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
+    SELECT * INTO st FROM simba_settings;
+    lease := simba_portable_lease(t, $3, $4, st.max_lease);
     -- A waiter under a session that finds a member held live loses without the subtransaction.
     IF $5 IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(names) AS x(name)
                                   WHERE (simba_portable_lost_under_session(x.name, $2, t, c, $5)).mutex IS NOT NULL) THEN
@@ -455,7 +494,8 @@ BEGIN
                 lease := simba_portable_join($5, c);
             END IF;
             FOREACH n IN ARRAY names LOOP
-                took := simba_portable_take(n, $2, t, lease.ttl_at, lease.transition_at, c, $5);
+                took := simba_portable_take((SELECT x FROM simba_mutex x WHERE x.mutex = n), n, $2, t,
+                                            lease.ttl_at, lease.transition_at, c, $5, st.history);
                 IF NOT took.won THEN
                     RAISE SQLSTATE 'SBP01';
                 END IF;
@@ -469,7 +509,7 @@ BEGIN
     END IF;
     -- Refused: every member as it stands, unchanged by this call.
     RETURN QUERY
-        SELECT (CASE WHEN x.mutex IS NULL THEN ROW(name, NULL, NULL, NULL, NULL, 0, 0, t, NULL, NULL)::simba_owner
+        SELECT (CASE WHEN x.mutex IS NULL THEN simba_portable_unused(u.name, t)
                      ELSE simba_portable_owner(x, t) END).*
           FROM pg_catalog.unnest(names) WITH ORDINALITY AS u(name, i)
           LEFT JOIN simba_mutex x ON x.mutex = u.name
@@ -487,17 +527,24 @@ DECLARE
     names text[] := simba_portable_names($1);
     t timestamptz := pg_catalog.clock_timestamp();
     released text[] := '{}';
+    notify text;
+    r record;
     n text;
+    woke boolean;
 BEGIN
-    PERFORM simba_portable_name($2, 'contender_id');
+    IF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
     FOREACH n IN ARRAY names LOOP
-        IF simba_portable_release(n, $2, c, t) THEN
+        r := simba_portable_release(n, $2, c, t);
+        IF r.released THEN
             released := released || n;
+            notify := r.notify;
         END IF;
     END LOOP;
     -- One NOTIFY per mutex released, as simba_release sends.
     FOREACH n IN ARRAY released LOOP
-        PERFORM simba_portable_wake(n);
+        woke := simba_portable_wake(n, notify);
     END LOOP;
     RETURN pg_catalog.cardinality(released);
 END

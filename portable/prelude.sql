@@ -67,6 +67,12 @@ CREATE TYPE simba_portable_caller AS (role name, roleid oid, sysid bigint);
 -- runs for (by name and OID, with the cluster's system identifier, so a
 -- restore elsewhere matches roles by name), and the functions that write
 -- refuse a read-only transaction or a standby as it does.
+--
+-- Cost: the lock functions' time goes to starting their statements' plans.
+-- The helpers here and the checks the functions make are therefore simple
+-- expressions (assignments and IF conditions, which PL/pgSQL evaluates
+-- without an executor), and never PERFORM or SELECT; the SQL ones are
+-- inlined where they are called.
 CREATE FUNCTION simba_portable_enter(fn text, writes boolean)
 RETURNS simba_portable_caller
 LANGUAGE plpgsql STABLE
@@ -79,19 +85,23 @@ BEGIN
             USING ERRCODE = '25006',
                   HINT = 'Connect to the primary (target_session_attrs=read-write).';
     END IF;
-    SELECT r.rolname, r.oid, (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)
-      INTO c.role, c.roleid, c.sysid
-      FROM pg_catalog.pg_roles r
-     WHERE r.rolname = CASE pg_catalog.current_setting('role')
-                       WHEN 'none' THEN session_user
-                       ELSE pg_catalog.current_setting('role') END;
+    c.role := CASE pg_catalog.current_setting('role') WHEN 'none' THEN session_user
+                   ELSE pg_catalog.current_setting('role') END;
+    c.roleid := pg_catalog.to_regrole(pg_catalog.quote_ident(c.role))::oid;
+    c.sysid := (pg_catalog.pg_control_system()).system_identifier;
     RETURN c;
 END
 $$;
 
--- Argument checks, with the C extension's SQLSTATEs and messages.
+-- Argument checks, with the C extension's SQLSTATEs and messages: the
+-- test (inlined), then the error.
+CREATE FUNCTION simba_portable_bad_name(v text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT v IS NULL OR v = '' OR pg_catalog.length(v) > 256 $$;
+
 CREATE FUNCTION simba_portable_name(v text, what text)
-RETURNS text
+RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
@@ -103,19 +113,27 @@ BEGIN
         RAISE EXCEPTION '% must be at most 256 characters', what USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('It has %s characters.', pg_catalog.length(v));
     END IF;
-    RETURN v;
+    RETURN true;
 END
 $$;
 
+-- A day or a month has no fixed length (DST, calendars): refused.
+CREATE FUNCTION simba_portable_bad_duration(v interval, allow_zero boolean)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+SELECT v IS NULL OR pg_catalog.date_part('year', v) <> 0 OR pg_catalog.date_part('month', v) <> 0
+       OR pg_catalog.date_part('day', v) <> 0 OR v < interval '0' OR (NOT allow_zero AND v = interval '0')
+$$;
+
 CREATE FUNCTION simba_portable_duration(v interval, what text, allow_zero boolean)
-RETURNS interval
+RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     IF v IS NULL THEN
         RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
     END IF;
-    -- A day or a month has no fixed length (DST, calendars): refuse them.
     IF pg_catalog.date_part('year', v) <> 0 OR pg_catalog.date_part('month', v) <> 0
        OR pg_catalog.date_part('day', v) <> 0 THEN
         RAISE EXCEPTION '% must be a fixed duration', what USING ERRCODE = '22023',
@@ -126,48 +144,29 @@ BEGIN
         RAISE EXCEPTION '% must %', what, CASE WHEN allow_zero THEN 'not be negative' ELSE 'be positive' END
             USING ERRCODE = '22023';
     END IF;
-    RETURN v;
+    RETURN true;
 END
 $$;
 
--- ttl + transition within max_lease; the lease's ttl_at and transition_at from t.
-CREATE FUNCTION simba_portable_lease(t timestamptz, ttl interval, transition interval,
+-- A lease of ttl and transition from t, checked against max_lease (of
+-- simba_settings): its ttl_at and transition_at.
+CREATE FUNCTION simba_portable_lease(t timestamptz, ttl interval, transition interval, max_lease interval,
                                      OUT ttl_at timestamptz, OUT transition_at timestamptz)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql IMMUTABLE
 AS $$
-DECLARE
-    max_lease interval := (SELECT s.max_lease FROM simba_settings s);
 BEGIN
-    PERFORM simba_portable_duration(ttl, 'ttl', false), simba_portable_duration(transition, 'transition', true);
+    IF simba_portable_bad_duration(ttl, false) OR simba_portable_bad_duration(transition, true) THEN
+        ttl_at := simba_portable_duration(ttl, 'ttl', false) AND simba_portable_duration(transition, 'transition', true);
+    END IF;
     IF ttl + transition > max_lease THEN
         RAISE EXCEPTION 'lease must be at most simba.max_lease (% s)', pg_catalog.date_part('epoch', max_lease)
             USING ERRCODE = '22023',
                   HINT = 'Ask for a shorter ttl or transition, or have the owner raise max_lease in simba_settings.';
     END IF;
-    BEGIN
-        ttl_at := t + ttl;
-        transition_at := ttl_at + transition;
-    EXCEPTION WHEN datetime_field_overflow THEN
-        RAISE EXCEPTION 'lease end is out of the timestamp range' USING ERRCODE = '22008',
-            HINT = 'Use a shorter ttl or transition.';
-    END;
-END
-$$;
-
--- A NOTIFY simba for a released name, as simba_wake (wake.c) sends it:
--- always, or under notify = 'registered' only when a waiter registered on
--- the name's bucket (simba_wait holds it shared, so the try-lock fails).
--- The try-lock here is exclusive (SQL has no RowExclusiveLock on advisory
--- locks): two releases of one bucket at once both notify, never neither.
-CREATE FUNCTION simba_portable_wake(name text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF (SELECT s.notify FROM simba_settings s) = 'always'
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(1397312834, simba_portable_bucket(name)) THEN
-        PERFORM pg_catalog.pg_notify('simba', name);
-    END IF;
+    -- Past the timestamp range PostgreSQL raises 22008 itself (unreachable
+    -- while max_lease holds).
+    ttl_at := t + ttl;
+    transition_at := ttl_at + transition;
 END
 $$;
 
@@ -175,3 +174,18 @@ CREATE FUNCTION simba_portable_bucket(name text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT (pg_catalog.hashtext(name) & 31) $$;
+
+-- A NOTIFY simba for a released name, as simba_wake (wake.c) sends it:
+-- always, or under notify = 'registered' (of simba_settings) only when a
+-- waiter registered on the name's bucket (simba_wait holds it shared, so
+-- the try-lock fails). The try-lock here is exclusive (SQL has no
+-- RowExclusiveLock on advisory locks): two releases of one bucket at once
+-- both notify, never neither. True when it notified.
+CREATE FUNCTION simba_portable_wake(name text, notify text)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+SELECT CASE WHEN notify = 'always' THEN pg_catalog.pg_notify('simba', name) IS NOT NULL
+            WHEN pg_catalog.pg_try_advisory_xact_lock(1397312834, simba_portable_bucket(name)) THEN false
+            ELSE pg_catalog.pg_notify('simba', name) IS NOT NULL END
+$$;

@@ -80,6 +80,7 @@ DECLARE
     t timestamptz := pg_catalog.clock_timestamp();
     lease record;
     session_lease record;
+    st simba_settings;
     writes boolean;
     got text;              -- the mode decided: NULL, a reader refused
     fence bigint;
@@ -89,14 +90,24 @@ DECLARE
     write_fence bigint;
     row_session uuid;
 BEGIN
-    PERFORM simba_portable_name($1, 'rwlock'), simba_portable_name($2, 'contender_id'),
-            simba_portable_name($3, 'mode');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'rwlock');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    ELSIF simba_portable_bad_name($3) THEN
+        PERFORM simba_portable_name($3, 'mode');
+    END IF;
     writes := $3 = 'write';
-    PERFORM simba_portable_duration($4, 'ttl', false), simba_portable_duration($5, 'transition', true);
+    IF simba_portable_bad_duration($4, false) THEN
+        PERFORM simba_portable_duration($4, 'ttl', false);
+    ELSIF simba_portable_bad_duration($5, true) THEN
+        PERFORM simba_portable_duration($5, 'transition', true);
+    END IF;
     IF NOT writes AND $3 <> 'read' THEN
         RAISE EXCEPTION 'mode must be ''read'' or ''write'', not "%"', $3 USING ERRCODE = '22023';
     END IF;
-    lease := simba_portable_lease(t, $4, $5);
+    SELECT * INTO st FROM simba_settings;
+    lease := simba_portable_lease(t, $4, $5, st.max_lease);
     -- A renewal outside sessions: its own live row only, nothing else read or locked.
     IF $6 IS NULL THEN
         UPDATE simba_rwlock_holder AS x
@@ -124,7 +135,7 @@ BEGIN
         -- The clock after the lock: every earlier grant is visible now.
         t := pg_catalog.clock_timestamp();
         since := t;
-        lease := simba_portable_lease(t, $4, $5);
+        lease := simba_portable_lease(t, $4, $5, st.max_lease);
         -- Lapsed holds dropped; one another transaction holds locked is left, and counted as held.
         DELETE FROM simba_rwlock_holder AS d
          WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM simba_rwlock_holder AS x
@@ -218,7 +229,11 @@ DECLARE
     released boolean := false;
     notify boolean := false;
 BEGIN
-    PERFORM simba_portable_name($1, 'rwlock'), simba_portable_name($2, 'contender_id');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'rwlock');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
     BEGIN
         -- Its own row only: a release never waits for another caller's grant.
         t := pg_catalog.clock_timestamp();
@@ -239,7 +254,7 @@ BEGIN
         NULL;
     END;
     IF notify THEN
-        PERFORM simba_portable_wake($1);
+        notify := simba_portable_wake($1, (SELECT s.notify FROM simba_settings s));
     END IF;
     RETURN released;
 END
@@ -256,7 +271,11 @@ DECLARE
     h simba_portable_holders;
     t timestamptz;
 BEGIN
-    PERFORM simba_portable_name($1, 'rwlock'), simba_portable_name($2, 'contender_id');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'rwlock');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'contender_id');
+    END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
     ELSIF $3 < 0 THEN

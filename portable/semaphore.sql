@@ -46,6 +46,7 @@ DECLARE
     t timestamptz;
     expires timestamptz;
     session_lease record;
+    st simba_settings;
     lock_timeout text := pg_catalog.current_setting('lock_timeout');
     waiting_for_key boolean := false;
     reusable integer[];
@@ -53,8 +54,14 @@ DECLARE
     next_slot integer;
     granted simba_permit;
 BEGIN
-    PERFORM simba_portable_name($1, 'key'), simba_portable_name($2, 'holder');
-    PERFORM simba_portable_duration($4, 'ttl', false);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'key');
+    ELSIF simba_portable_bad_name($2) THEN
+        PERFORM simba_portable_name($2, 'holder');
+    END IF;
+    IF simba_portable_bad_duration($4, false) THEN
+        PERFORM simba_portable_duration($4, 'ttl', false);
+    END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION 'permits must not be null' USING ERRCODE = '22004';
     ELSIF $3 < 1 OR $3 > 10000 THEN
@@ -63,7 +70,8 @@ BEGIN
         RAISE EXCEPTION 'context must be at most 256 characters' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('It has %s characters.', pg_catalog.length($5));
     END IF;
-    PERFORM simba_portable_lease(pg_catalog.clock_timestamp(), $4, interval '0');
+    SELECT * INTO st FROM simba_settings;
+    session_lease := simba_portable_lease(pg_catalog.clock_timestamp(), $4, interval '0', st.max_lease);
     BEGIN
         -- Under a session: it lives as long as the session.
         IF $6 IS NOT NULL THEN
@@ -144,8 +152,15 @@ DECLARE
     c simba_portable_caller := simba_portable_enter('simba_semaphore_refresh', true);
     t timestamptz;
 BEGIN
-    PERFORM simba_portable_name($1, 'key'), simba_portable_token($2), simba_portable_duration($3, 'ttl', false);
-    PERFORM simba_portable_lease(pg_catalog.clock_timestamp(), $3, interval '0');
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'key');
+    ELSIF $2 IS NULL THEN
+        PERFORM simba_portable_token($2);
+    ELSIF simba_portable_bad_duration($3, false) THEN
+        PERFORM simba_portable_duration($3, 'ttl', false);
+    END IF;
+    PERFORM simba_portable_lease(pg_catalog.clock_timestamp(), $3, interval '0',
+                                 (SELECT s.max_lease FROM simba_settings s));
     -- The clock after the row lock: a grant that took the slot first has changed the token.
     PERFORM 1 FROM simba_semaphore_permit AS p
      WHERE p.key = $1 AND p.token = $2
@@ -176,8 +191,13 @@ AS $$
 DECLARE
     c simba_portable_caller := simba_portable_enter('simba_semaphore_release', true);
     t timestamptz := pg_catalog.clock_timestamp();
+    woke boolean;
 BEGIN
-    PERFORM simba_portable_name($1, 'key'), simba_portable_token($2);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'key');
+    ELSIF $2 IS NULL THEN
+        PERFORM simba_portable_token($2);
+    END IF;
     -- Release only shortens a permit.
     UPDATE simba_semaphore_permit AS p
        SET expires_at = t, renewed_at = t, clock_origin = NULL, session_id = NULL
@@ -187,7 +207,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM simba_portable_wake($1);
+    -- Wakes the waiters (delivered at commit, like NOTIFY).
+    woke := simba_portable_wake($1, (SELECT s.notify FROM simba_settings s));
     RETURN true;
 END
 $$;
@@ -204,7 +225,11 @@ DECLARE
     expires timestamptz;
     t timestamptz;
 BEGIN
-    PERFORM simba_portable_name($1, 'key'), simba_portable_token($2);
+    IF simba_portable_bad_name($1) THEN
+        PERFORM simba_portable_name($1, 'key');
+    ELSIF $2 IS NULL THEN
+        PERFORM simba_portable_token($2);
+    END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION 'fence must not be null' USING ERRCODE = '22004';
     ELSIF $3 <= 0 THEN

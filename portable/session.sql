@@ -27,7 +27,7 @@ AS $$
 DECLARE
     c simba_portable_caller := simba_portable_enter('simba_session_open', true);
     t timestamptz := pg_catalog.clock_timestamp();
-    lease record := simba_portable_lease(t, $1, $2);
+    lease record := simba_portable_lease(t, $1, $2, (SELECT s.max_lease FROM simba_settings s));
     s simba_session;
 BEGIN
     INSERT INTO simba_session_lease AS x (session_id, owner_role, owner_roleid, owner_sysid, opened_at,
@@ -158,7 +158,7 @@ BEGIN
     -- Waiters of each mutex, key and read-write lock woken in byte order of
     -- the names, as simba_release_all wakes them; repeats fold into one.
     FOR n IN SELECT w FROM (SELECT DISTINCT w FROM pg_catalog.unnest(woken) AS w) AS d ORDER BY w COLLATE "C" LOOP
-        PERFORM simba_portable_wake(n);
+        PERFORM simba_portable_wake(n, (SELECT s.notify FROM simba_settings s));
     END LOOP;
     RETURN released;
 END
