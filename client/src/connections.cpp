@@ -123,7 +123,7 @@ bool Connections::statement_failed(const std::exception& e, const std::string& w
         log(LogLevel::error, msg + ": " + why + (again ? " (still; said once a minute)" : ""));
         return false;
     }
-    log(LogLevel::error, trimmed_message(msg + ": " + e.what()));
+    log(LogLevel::error, msg + ": " + trimmed_message(e.what()));
     if (lost) this->lost();
     return lost;
 }
