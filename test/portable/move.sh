@@ -19,8 +19,9 @@ CREATE DATABASE $db OWNER $owner;
 SQL
 trap 'psql -Xq -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "DROP ROLE IF EXISTS $app" -c "DROP ROLE IF EXISTS $owner"' EXIT
 as() { local role=$1; shift; psql -XAtqv ON_ERROR_STOP=1 -U "$role" -d "$db" -c 'SET search_path = simba' "$@"; }
-fail() { echo "move: FAIL: $*" >&2; exit 1; }
-expect() { [ "$2" = "$3" ] || fail "$1: expected '$3', got '$2'"; echo "move: ok: $1"; }
+# One "... ok" line per check (make test counts them); the first failure ends the run.
+fail() { echo "move: $* ... FAILED" >&2; exit 1; }
+expect() { [ "$2" = "$3" ] || fail "$1: expected '$3', got '$2'"; echo "move: $1 ... ok"; }
 move() { psql -XAtq -d "$db" -v schema=simba -v to="$1" -v portable_script="$script" -f portable/move.sql 2>&1; }
 
 psql -XAtqv ON_ERROR_STOP=1 -U "$owner" -d "$db" -v schema=simba -f "$script"
@@ -46,7 +47,7 @@ expect "fences go on" "$(as "$app" -c "SELECT fence FROM simba_acquire('m2', 'c'
 
 out=$(move portable) && fail "move back while held: $out"
 [[ $out == *"simba holds live leases"* ]] || fail "move back while held: $out"
-echo "move: ok: move back refused while held"
+echo "move: move back refused while held ... ok"
 as "$app" -c "SELECT simba_release('m', 'a'), simba_release('m2', 'c'), simba_session_close('$sid'),
                      simba_semaphore_release('k', '$token'), simba_rwlock_release('rw', 'r'),
                      simba_rwlock_release('rw2', 'w')" >/dev/null
@@ -56,4 +57,3 @@ expect "owned by the schema's owner" "$(as "$app" -c "SELECT proowner::regrole F
 expect "mutex fences go on" "$(as "$app" -c "SELECT fence FROM simba_acquire('m', 'a')")" 4
 expect "permit fences go on" "$(as "$app" -c "SELECT fence FROM simba_semaphore_acquire('k', 'h', 2)")" 2
 expect "write fences go on" "$(as "$app" -c "SELECT fence FROM simba_rwlock_acquire('rw', 'w', 'write')")" 2
-echo "move: PASS"
