@@ -21,10 +21,19 @@ CREATE FUNCTION simba_epoch_us(t timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
+DECLARE
+    -- From PostgreSQL's own epoch (2000), whose difference from any finite
+    -- timestamp fits an interval: EXTRACT(epoch FROM t) rounds near the end
+    -- of the range.
+    us numeric;
 BEGIN
-    IF NOT pg_catalog.isfinite(t) THEN
-        RAISE EXCEPTION 'timestamp out of range' USING ERRCODE = '22008';
+    IF pg_catalog.isfinite(t) THEN
+        us := EXTRACT(epoch FROM t - timestamptz '2000-01-01 00:00:00+00') * 1000000 + 946684800000000;
     END IF;
-    RETURN (EXTRACT(epoch FROM t) * 1000000)::bigint;
+    IF us IS NULL OR us > 9223372036854775807 THEN
+        RAISE EXCEPTION 'timestamp out of range for simba_epoch_us' USING ERRCODE = '22008',
+            DETAIL = 'It takes finite timestamps up to 294247-01-10 04:00:54.775807 UTC.';
+    END IF;
+    RETURN us::bigint;
 END
 $$;

@@ -75,13 +75,27 @@ CREATE TYPE simba_portable_caller AS (role name, roleid oid, sysid bigint);
 -- inlined where they are called.
 CREATE FUNCTION simba_portable_enter(fn text, writes boolean)
 RETURNS simba_portable_caller
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE -- its UNLISTEN is no statement of a STABLE function
 AS $$
 DECLARE
     c simba_portable_caller;
 BEGIN
+    -- A maintenance command (ANALYZE, VACUUM, CREATE INDEX, REFRESH
+    -- MATERIALIZED VIEW) runs index expressions as the table's owner, but the
+    -- role read below stays the session's: the lease would be the DBA's.
+    -- SQL cannot ask whether it runs in a security-restricted operation,
+    -- but UNLISTEN is refused there (and is a no-op for a channel nobody
+    -- listens on).
+    BEGIN
+        UNLISTEN simba_portable_restricted_probe;
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE EXCEPTION 'cannot call %() inside a security-restricted operation', fn
+            USING ERRCODE = '42501',
+                  DETAIL = 'Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) and index expressions run other roles'' code: a lease taken there would not be the caller''s.';
+    END;
     IF writes AND pg_catalog.current_setting('transaction_read_only')::boolean THEN
-        RAISE EXCEPTION 'cannot execute %() in a read-only transaction', fn
+        -- PreventCommandIfReadOnly's message, with the bare function name
+        RAISE EXCEPTION 'cannot execute % in a read-only transaction', fn
             USING ERRCODE = '25006',
                   HINT = 'Connect to the primary (target_session_attrs=read-write).';
     END IF;
@@ -158,7 +172,8 @@ BEGIN
     IF simba_portable_bad_duration(ttl, false) OR simba_portable_bad_duration(transition, true) THEN
         ttl_at := simba_portable_duration(ttl, 'ttl', false) AND simba_portable_duration(transition, 'transition', true);
     END IF;
-    IF ttl + transition > max_lease THEN
+    -- ttl first: two huge durations would overflow their sum (22008)
+    IF ttl > max_lease OR transition > max_lease - ttl THEN
         RAISE EXCEPTION 'lease must be at most simba.max_lease (% s)', pg_catalog.date_part('epoch', max_lease)
             USING ERRCODE = '22023',
                   HINT = 'Ask for a shorter ttl or transition, or have the owner raise max_lease in simba_settings.';

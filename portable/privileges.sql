@@ -46,6 +46,15 @@ BEGIN
     IF role IS NULL THEN
         RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
     END IF;
+    -- regrole 0 prints as '-' and an unknown OID as a number: both would
+    -- reach the GRANT below as a syntax error (privileges.c, role_arg)
+    IF role::oid = 0 THEN
+        RAISE EXCEPTION 'role must name a role' USING ERRCODE = '22023',
+            HINT = 'simba grants to one role at a time, never to PUBLIC.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = role) THEN
+        RAISE EXCEPTION 'role with OID % does not exist', role::oid USING ERRCODE = '42704';
+    END IF;
     -- Every grant updates the same catalog rows: one at a time per schema,
     -- or a second beside an uncommitted first fails with "tuple concurrently updated".
     PERFORM pg_catalog.pg_advisory_xact_lock(1397312834, schema::integer);

@@ -124,12 +124,22 @@ BEGIN
         PERFORM simba_portable_collect(ARRAY[$1]);
         RETURN 0;
     END IF;
-    WITH freed AS (
+    -- Each tenure's release is logged while history is on (old: the rows
+    -- as the statement found them, the holders the log names).
+    WITH old AS (
+        SELECT m.mutex, m.owner_id, m.owner_role, m.fence FROM simba_mutex AS m
+         WHERE m.session_id = $1 AND m.owner_id IS NOT NULL),
+    freed AS (
         UPDATE simba_mutex AS m
            SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL, session_id = NULL,
                acquired_at = NULL, ttl_at = NULL, transition_at = NULL, released_at = t, version = m.version + 1
          WHERE m.session_id = $1 AND m.owner_id IS NOT NULL
-        RETURNING m.mutex)
+        RETURNING m.mutex),
+    logged AS (
+        INSERT INTO simba_mutex_history (mutex, event, owner_id, owner_role, fence, at)
+        SELECT o.mutex, 'released', o.owner_id, o.owner_role, o.fence, t
+          FROM old AS o JOIN freed AS f ON f.mutex = o.mutex
+         WHERE (SELECT s.history FROM simba_settings AS s))
     SELECT COALESCE(pg_catalog.array_agg(f.mutex), '{}') INTO mutexes FROM freed AS f;
     released := pg_catalog.cardinality(mutexes);
     woken := mutexes;

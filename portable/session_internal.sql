@@ -33,6 +33,6 @@ BEGIN
     ELSIF col = 'transition_at' THEN
         RETURN (SELECT s.transition_at FROM simba_session_lease s WHERE s.session_id = $1);
     END IF;
-    RAISE EXCEPTION 'simba: col must be ttl_at or transition_at';
+    RAISE EXCEPTION 'simba: col must be ttl_at or transition_at' USING ERRCODE = '22023';
 END
 $$;

@@ -73,6 +73,12 @@ run_pg_suite version test/check-version.sh
 # pg_regress (sql/) and isolation (test/specs/), several runs at once, each
 # in a database of its own (test/pg-suites.sh; make check runs them too)
 run_pg_suite regress+isolation test/pg-suites.sh
+# the same suites against the portable edition (portable/), installed by a
+# database's owner without superuser (an alternate expected output or a skip
+# only where README.md's table of differences explains it), and the move
+# between the editions with live leases
+run_pg_suite portable test/portable/suites.sh
+run_pg_suite portable-move test/portable/move.sh
 # pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
 run_pg_suite restore test/restore/roundtrip.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
