@@ -99,6 +99,34 @@ BEGIN
             RETURN;
         ELSE
             BEGIN
+                IF NOT history THEN
+                    -- One statement: the UPDATE locks the latest version (waiting for a
+                    -- writer or fence check in flight) and decides on it.
+                    UPDATE simba_mutex AS x
+                       SET owner_id = contender, owner_role = c.role, owner_roleid = c.roleid,
+                           owner_sysid = c.sysid, session_id = simba_portable_take.session_id,
+                           acquired_at = t, ttl_at = simba_portable_take.ttl_at,
+                           transition_at = simba_portable_take.transition_at, clock_origin = NULL,
+                           version = x.version + 1,
+                           fence = CASE WHEN simba_portable_same(x.owner_id, x.owner_role, x.owner_roleid,
+                                                                 x.owner_sysid, contender, c)
+                                          AND simba_portable_live(x, t, true)
+                                        THEN x.fence ELSE pg_catalog.nextval('simba_mutex_fence') END
+                     WHERE x.mutex = simba_portable_take.mutex
+                       AND (x.owner_id IS NULL
+                            OR simba_portable_same(x.owner_id, x.owner_role, x.owner_roleid, x.owner_sysid,
+                                                   contender, c)
+                            OR simba_portable_live(x, t, true) IS false)
+                    RETURNING x.version, x.fence INTO n.version, n.fence;
+                    IF FOUND THEN
+                        won := true;
+                        owner := ROW(mutex, contender, t, ttl_at, transition_at, n.version, n.fence, t, c.role,
+                                     session_id);
+                        RETURN;
+                    END IF;
+                    RAISE SQLSTATE 'SBP01';
+                END IF;
+                -- With the history on, the row locked first: its change is logged from the exact old row.
                 SELECT * INTO m FROM simba_mutex x WHERE x.mutex = simba_portable_take.mutex FOR NO KEY UPDATE;
                 IF FOUND THEN
                     renewal := simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid,
@@ -279,47 +307,45 @@ END
 $$;
 
 -- The caller's live tenure freed (free_row): released; else not, and a
--- late release logged while history is on. It locks the row in a
--- subtransaction (a holder's release waits for a fence check in flight, as
--- the C extension's does) and rolls it back when the caller does not hold
--- it, so a release by anyone else keeps no lock. notify: the setting for
--- the NOTIFY that is the caller's to send (simba_portable_wake).
+-- late release logged while history is on. Its update waits for a fence
+-- check in flight, as the C extension's does, inside a subtransaction
+-- rolled back when the caller does not hold the mutex, so a release by
+-- anyone else keeps no lock. notify: the setting for the NOTIFY that is
+-- the caller's to send (simba_portable_wake).
 CREATE FUNCTION simba_portable_release(mutex text, contender text, c simba_portable_caller, t timestamptz,
                                        OUT released boolean, OUT notify text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_variable
 DECLARE
-    r record;
-    n simba_mutex;
+    history boolean;
+    fence bigint;
 BEGIN
     released := false;
     BEGIN
-        -- The row, locked, and the settings: one statement.
-        SELECT x AS m, s AS st INTO r
-          FROM simba_mutex x, simba_settings s
-         WHERE x.mutex = simba_portable_release.mutex FOR NO KEY UPDATE OF x;
-        notify := (r.st).notify;
-        IF simba_portable_same((r.m).owner_id, (r.m).owner_role, (r.m).owner_roleid, (r.m).owner_sysid,
-                               contender, c)
-           AND simba_portable_live(r.m, t, true) THEN
-            UPDATE simba_mutex AS x
-               SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,
-                   session_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,
-                   released_at = t, version = x.version + 1
-             WHERE x.mutex = simba_portable_release.mutex
-            RETURNING x.* INTO n;
-            IF (r.st).history THEN
-                PERFORM simba_portable_log(r.m, n, false);
-            END IF;
+        UPDATE simba_mutex AS x
+           SET owner_id = NULL, owner_role = NULL, owner_roleid = NULL, owner_sysid = NULL,
+               session_id = NULL, acquired_at = NULL, ttl_at = NULL, transition_at = NULL,
+               released_at = t, version = x.version + 1
+          FROM simba_settings AS s
+         WHERE x.mutex = simba_portable_release.mutex
+           AND simba_portable_same(x.owner_id, x.owner_role, x.owner_roleid, x.owner_sysid, contender, c)
+           AND simba_portable_live(x, t, true)
+        RETURNING s.notify, s.history, x.fence INTO notify, history, fence;
+        IF FOUND THEN
             released := true;
+            IF history THEN
+                -- the holder named as it is now (the extension names it as its last renewal did)
+                INSERT INTO simba_mutex_history (mutex, event, owner_id, owner_role, fence, at)
+                VALUES (mutex, 'released', contender, c.role, fence, pg_catalog.clock_timestamp());
+            END IF;
             RETURN;
         END IF;
         RAISE SQLSTATE 'SBP01';
     EXCEPTION WHEN SQLSTATE 'SBP01' THEN
         NULL;
     END;
-    IF (r.st).history THEN
+    IF (SELECT s.history FROM simba_settings AS s) THEN
         PERFORM simba_portable_log_late_release(mutex, contender, c, t);
     END IF;
 END

@@ -36,8 +36,6 @@
 #     SERIALIZABLE PL/pgSQL decides on the transaction's snapshot, not the latest committed
 #     data: a stale loss or 40001 where the C extension wins or loses on fresh data (never a
 #     second holder)
-#   gc_race: a take whose row a collection deleted draws one fence, not two (the C extension
-#     draws it when it decides on the row it read); fences still only grow
 #
 # Left out, each for a reason of the edition (README.md, "The portable edition"):
 skip_reasons=(
