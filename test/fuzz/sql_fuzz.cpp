@@ -23,8 +23,10 @@
 //  - a read-write lock never has a writer beside another holder;
 //  - the usual row invariants (see the end of main).
 //
-// Usage: sql_fuzz [calls] [seed]   (server from libpq's PG* environment; the
-// calls run in a database of their own, simba_fuzz, made anew each run)
+// Usage: sql_fuzz [calls] [seed] [--portable SCRIPT]   (server from libpq's
+// PG* environment; the calls run in a database of their own, simba_fuzz,
+// made anew each run; --portable: the portable edition's script installed
+// there instead of the C extension, with psql)
 // Prints "sql_fuzz: N passed, N failed" and exits non-zero on any violation.
 #include <libpq-fe.h>
 
@@ -316,12 +318,15 @@ void finish(Session& s, Checker& c, bool commit) {
 int main(int argc, char** argv) {
     long calls = 20000;
     unsigned long seed = std::random_device{}();
+    std::string portable;
     CLI::App cli{"sql_fuzz: hostile calls to simba's SQL API (the server from libpq's PG* environment)"};
     cli.add_option("calls", calls, "calls to make")->capture_default_str()->check(CLI::PositiveNumber);
     cli.add_option("seed", seed, "random seed (default: a fresh one; printed, to replay a run)");
+    cli.add_option("--portable", portable, "the portable edition's install script, instead of the extension")
+        ->check(CLI::ExistingFile);
     CLI11_PARSE(cli, argc, argv);
     rng.seed(seed);
-    std::printf("sql_fuzz: %ld calls, seed %lu\n", calls, seed);
+    std::printf("sql_fuzz: %ld calls, seed %lu%s\n", calls, seed, portable.empty() ? "" : ", portable edition");
 
     const std::vector<std::string> roles = {"simba_fuzz_r0", "simba_fuzz_r1", "simba_fuzz_r2"};
     PGconn* conn = PQconnectdb("");
@@ -331,7 +336,7 @@ int main(int argc, char** argv) {
     }
     if (!exec_ok(conn, "SET client_min_messages = error") ||
         !exec_ok(conn, "DROP DATABASE IF EXISTS simba_fuzz") || !exec_ok(conn, "CREATE DATABASE simba_fuzz") ||
-        !exec_ok(conn, "ALTER DATABASE simba_fuzz SET simba.history = on"))
+        (portable.empty() && !exec_ok(conn, "ALTER DATABASE simba_fuzz SET simba.history = on")))
         return 2;
     for (const auto& role : roles)  // roles are cluster-wide: made once, kept for the next run
         if (!exec_ok(conn, ("DO $$ BEGIN CREATE ROLE " + role +
@@ -343,7 +348,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "sql_fuzz: cannot connect to simba_fuzz: %s", PQerrorMessage(conn));
         return 2;
     }
-    if (!exec_ok(conn, "CREATE EXTENSION simba")) return 2;
+    if (portable.empty()) {
+        if (!exec_ok(conn, "CREATE EXTENSION simba")) return 2;
+    } else {  // its settings are a row, history on as the extension's above
+        const std::string install = "psql -X -q -v ON_ERROR_STOP=1 -v schema=public -d simba_fuzz -f '" + portable + "'";
+        if (std::system(install.c_str()) != 0 || !exec_ok(conn, "UPDATE simba_settings SET history = true")) {
+            std::fprintf(stderr, "sql_fuzz: could not install the portable edition: %s\n", install.c_str());
+            return 2;
+        }
+    }
     std::vector<Session> sessions(roles.size());
     for (std::size_t k = 0; k < roles.size(); ++k) {
         sessions[k].role = roles[k];
