@@ -582,8 +582,9 @@ simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *
 static HeapTuple
 unused_owner_tuple(TupleDesc tupdesc, Datum mutex, TimestampTz t)
 {
-	Datum		values[SIMBA_OWNER_NATTS] = {mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t),
-	0, 0};
+	Datum		values[SIMBA_OWNER_NATTS] = {
+		mutex, 0, 0, 0, 0, Int64GetDatum(0), Int64GetDatum(0), TimestampTzGetDatum(t), 0, 0,
+	};
 	bool		nulls[SIMBA_OWNER_NATTS] = {false, true, true, true, true, false, false, false, true, true};
 
 	return heap_form_tuple(tupdesc, values, nulls);
