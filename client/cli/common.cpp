@@ -85,12 +85,15 @@ void fail_sql(const std::exception& e, const std::string& doing) {
         throw Failure(unavailable, doing + ": connection lost: " + msg);
     if (state == "42501" || dynamic_cast<const pqxx::insufficient_privilege*>(&e))
         throw Failure(no_permission, doing + ": permission denied: " + msg +
-                                         "\nhint: a superuser runs SELECT simba_grant('<role>') to let a role use simba");
+                                         "\nhint: simba's owner (a superuser for the extension, the installing role "
+                                         "for the portable edition) runs SELECT simba_grant('<role>') to let a role "
+                                         "use simba");
     if (state == "42883" || state == "42P01" || dynamic_cast<const pqxx::undefined_function*>(&e) ||
         dynamic_cast<const pqxx::undefined_table*>(&e))
         throw Failure(config, doing + ": " + msg +
                                   "\nhint: the simba extension is missing or too old in this database: "
-                                  "CREATE EXTENSION simba (or ALTER EXTENSION simba UPDATE) as a superuser");
+                                  "CREATE EXTENSION simba (or ALTER EXTENSION simba UPDATE) as a superuser; "
+                                  "with the portable edition, put its schema on the role's search_path");
     if (state.rfind("22", 0) == 0) throw Failure(usage, doing + ": " + msg);
     throw Failure(software, doing + ": " + msg + (state.empty() ? "" : " (SQLSTATE " + state + ")"));
 }

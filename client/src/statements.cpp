@@ -108,8 +108,11 @@ bool permanent_sqlstate(const std::string& s) {
 /// is kept.
 std::string with_setup_hint(const std::string& state, const std::string& msg) {
     const char* hint = state == "42883" ? "is the simba extension installed in this database, at its latest"
-                                          " version? CREATE EXTENSION simba, or ALTER EXTENSION simba UPDATE"
-                       : state == "42501" ? "a superuser grants simba to a role: SELECT simba_grant('role')"
+                                          " version? CREATE EXTENSION simba, or ALTER EXTENSION simba UPDATE;"
+                                          " or is its portable edition's schema on the role's search_path?"
+                       : state == "42501" ? "simba's owner grants it to a role (a superuser for the extension,"
+                                            " the installing role for the portable edition):"
+                                            " SELECT simba_grant('role')"
                                           : nullptr;
     if (!hint || msg.find("simba_") == std::string::npos) return msg;
     return msg.substr(0, msg.find('\n')) + " (" + hint + ")";
