@@ -34,11 +34,22 @@ long tenures_after(pqxx::connection& c, const std::string& mutex, const std::str
 // once, and never holds the mutex on the server again; B gets a later fence.
 TEST(LockerLoss, AForcedReleaseIsFinal) {
     const int runs = env_int("SIMBA_LOCKER_LOSS_RUNS", 200);
-    auto db = admin();
-    // The history is the server's own record of every grant (superuser: the option is honoured).
+    auto root = admin();
+    // The history is the server's own record of every grant: the extension's
+    // simba.history as A's connection option (superuser: the option is
+    // honoured); the portable edition's owner setting, in a database of the
+    // test's own (it has no such option).
+    std::string dsn_a = "options='-c simba.history=on'", dsn_b;
+    std::unique_ptr<ScratchDatabase> scratch;
+    if (portable_edition()) {
+        scratch = std::make_unique<ScratchDatabase>(*root, "loss");
+        set_database_setting(*root, *scratch, "history", "on");
+        dsn_a = dsn_b = scratch->conninfo();
+    }
+    auto db = admin(dsn_b);
     auto options = test_options("loss");
-    simba::pg::ContendServiceFactory fa("options='-c simba.history=on'", options);
-    simba::pg::ContendServiceFactory fb("", options);
+    simba::pg::ContendServiceFactory fa(dsn_a, options);
+    simba::pg::ContendServiceFactory fb(dsn_b, options);
     std::vector<long> learned_us;
     for (int run = 0; run < runs; ++run) {
         SCOPED_TRACE("run " + std::to_string(run));

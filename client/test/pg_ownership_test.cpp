@@ -480,10 +480,7 @@ TEST(Ownership, FourFactoriesUnderFaultsNeverTwoOwners) {
     const auto base_seed = static_cast<std::uint64_t>(env_int("SIMBA_OWNERSHIP_SEED", static_cast<int>(::getpid())));
     auto root = admin();
     ScratchDatabase scratch(*root, "owners");
-    {
-        pqxx::nontransaction tx(*root);
-        tx.exec0("ALTER DATABASE " + tx.quote_name(scratch.conninfo().substr(7)) + " SET simba.history = on");
-    }
+    set_database_setting(*root, scratch, "history", "on");
     auto db = admin(scratch.conninfo());
     install_tenure_log(*db);
     int failed = 0, moves = 0, faults = 0;

@@ -9,18 +9,86 @@
 
 namespace simba_test {
 
+bool portable_edition() {
+    const char* e = std::getenv("SIMBA_TEST_EDITION");
+    return e && std::string(e) == "portable";
+}
+
+std::string portable_owner() {
+    const char* o = std::getenv("SIMBA_PORTABLE_OWNER");
+    return o && *o ? o : "simba_portable_owner";
+}
+
+namespace {
+
+std::string shell_quoted(std::string v) {
+    for (std::size_t i = 0; (i = v.find('\'', i)) != std::string::npos; i += 4) v.replace(i, 1, "'\\''");
+    return "'" + v + "'";
+}
+
+/// The portable edition installed into database `c` is on, as pg-run.sh
+/// installs it into the run's database: by psql (the script uses psql's
+/// variables and \if), as the role without superuser that owns the
+/// database, into schema public (the client calls simba's functions
+/// unqualified; public is on every role's default search_path).
+void install_portable(pqxx::connection& c) {
+    const char* script = std::getenv("SIMBA_PORTABLE_SCRIPT");
+    if (!script || !*script)
+        throw std::runtime_error("SIMBA_TEST_EDITION=portable needs SIMBA_PORTABLE_SCRIPT (run through pg-run.sh)");
+    const auto owner = portable_owner();
+    {
+        pqxx::nontransaction tx(c);
+        if (!tx.exec1("SELECT to_regclass('public.simba_settings') IS NULL")[0].as<bool>()) return;
+        // A database a test created itself, not owned by the edition's
+        // owner (ScratchDatabase creates its own with OWNER): given to that
+        // role, so it owns schema public (pg_database_owner) as well.
+        if (tx.exec_params1("SELECT pg_get_userbyid(datdba) <> $1 FROM pg_database WHERE datname = current_database()",
+                            owner)[0]
+                .as<bool>())
+            tx.exec0("ALTER DATABASE " + tx.quote_name(c.dbname()) + " OWNER TO " + tx.quote_name(owner));
+    }
+    const std::string cmd = "psql -X -q -v ON_ERROR_STOP=1 -v schema=public -U " + shell_quoted(owner) + " -d " +
+                            shell_quoted(c.dbname()) + " -f " + shell_quoted(script) + " >/dev/null";
+    // Parallel tests may race on the first install: retry once (the script
+    // does nothing where the edition is there).
+    if (std::system((cmd + " 2>&1").c_str()) != 0 && std::system(cmd.c_str()) != 0)
+        throw std::runtime_error("could not install the portable edition: " + cmd);
+}
+
+}  // namespace
+
 std::unique_ptr<pqxx::connection> admin(const std::string& conninfo) {
     auto c = std::make_unique<pqxx::connection>(conninfo);
+    if (portable_edition()) {
+        install_portable(*c);
+        return c;
+    }
     pqxx::nontransaction tx(*c);
     tx.exec0("CREATE EXTENSION IF NOT EXISTS simba");
     return c;
+}
+
+void set_database_setting(pqxx::connection& root, const ScratchDatabase& db, const std::string& name,
+                          const std::string& value) {
+    if (portable_edition()) {
+        // The owner's row, read by every call (no connection can override it).
+        pqxx::connection c(db.conninfo() + " user=" + portable_owner());
+        pqxx::nontransaction tx(c);
+        tx.exec0("UPDATE simba_settings SET " + tx.quote_name(name) + " = " + tx.quote(value));
+        return;
+    }
+    pqxx::nontransaction tx(root);
+    tx.exec0("ALTER DATABASE " + tx.quote_name(db.conninfo().substr(7)) + " SET simba." + name + " = " + value);
 }
 
 ScratchDatabase::ScratchDatabase(pqxx::connection& root, const std::string& prefix, bool with_extension)
     : root_(root), name_(unique_name(prefix)), quoted_(root.quote_name(name_)) {
     {
         pqxx::nontransaction tx(root_);
-        tx.exec0("CREATE DATABASE " + quoted_);
+        // The portable edition's databases belong to the role without
+        // superuser that installs it (pg-run.sh).
+        tx.exec0("CREATE DATABASE " + quoted_ +
+                 (portable_edition() ? " OWNER " + tx.quote_name(portable_owner()) : std::string()));
     }
     if (with_extension) admin(conninfo());  // creates the extension there
 }

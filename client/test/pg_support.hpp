@@ -22,8 +22,24 @@ namespace simba_test {
 using namespace std::chrono_literals;
 using simba::SteadyClock;
 
-/// A superuser connection from libpq's environment, with the extension created.
+/// Whether the tests run against the portable edition (SIMBA_TEST_EDITION=portable,
+/// test/pg-run.sh), not the C extension.
+bool portable_edition();
+/// The role without superuser that owns the portable edition's databases and
+/// installs it (SIMBA_PORTABLE_OWNER, pg-run.sh's default simba_portable_owner).
+std::string portable_owner();
+
+/// A superuser connection from libpq's environment, with the extension
+/// created (the portable edition: its script, SIMBA_PORTABLE_SCRIPT, run
+/// there by portable_owner(), unless it is there already).
 std::unique_ptr<pqxx::connection> admin(const std::string& conninfo = {});
+
+class ScratchDatabase;
+/// simba's setting `name` (history, notify, ...) for every connection of
+/// the scratch database: the extension's `ALTER DATABASE ... SET simba.name`,
+/// or the portable edition's row in simba_settings.
+void set_database_setting(pqxx::connection& root, const ScratchDatabase& db, const std::string& name,
+                          const std::string& value);
 
 /// A database of the test's own, for outages (ALLOW_CONNECTIONS false):
 /// created with the extension (unless `with_extension` is false), dropped

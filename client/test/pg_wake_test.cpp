@@ -22,8 +22,7 @@ struct RegisteredDatabase {
     ScratchDatabase scratch{*root, "wake"};
     std::unique_ptr<pqxx::connection> db;
     RegisteredDatabase() {
-        pqxx::nontransaction tx(*root);
-        tx.exec0("ALTER DATABASE " + tx.quote_name(scratch.conninfo().substr(7)) + " SET simba.notify = registered");
+        set_database_setting(*root, scratch, "notify", "registered");
         db = admin(scratch.conninfo());
     }
     /// How many registrations (one per bucket and connection) the database holds now.
@@ -75,7 +74,9 @@ TEST(Wake, AWaitingServiceIsWokenByAReleaseUnderRegistered) {
     RegisteredDatabase rd;
     {
         pqxx::nontransaction tx(*rd.db);
-        ASSERT_EQ(tx.exec1("SHOW simba.notify")[0].as<std::string>(), "registered");
+        ASSERT_EQ(tx.exec1(portable_edition() ? "SELECT notify FROM simba_settings" : "SHOW simba.notify")[0]
+                      .as<std::string>(),
+                  "registered");
     }
     const auto m = unique_name("wake-svc");
     // A holds from SQL with a long lease: B's poll is about 40 s away.
