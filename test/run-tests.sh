@@ -42,14 +42,37 @@ tally() { # suite-name passed failed log
 # Runs a suite command, echoing its output; counts "... ok" / "... FAILED"
 # lines (pg_regress, isolation), and one failure if it broke without any.
 run_pg_suite() { # name command...
-  local name=$1 log rc ok bad; shift
+  local name=$1 log rc; shift
   log=$(mktemp) suite_start=$SECONDS
   set +e; "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; set -e
-  ok=$(grep -cE '\.\.\. ok' "$log" || true)
-  bad=$(grep -cE '\.\.\. FAILED' "$log" || true)
-  [ "$rc" -eq 0 ] || [ "$bad" -gt 0 ] || bad=1
-  tally "$name" "$ok" "$bad" "$log"
+  count_pg_suite "$name" "$rc" "$log"
   rm -f "$log"
+}
+# A finished suite's log, shown and counted as run_pg_suite counts it.
+run_pg_suite_log() { # name rc log
+  cat "$3"
+  count_pg_suite "$@"
+}
+count_pg_suite() { # name rc log
+  local ok bad
+  ok=$(grep -cE '\.\.\. ok' "$3" || true)
+  bad=$(grep -cE '\.\.\. FAILED' "$3" || true)
+  [ "$2" -eq 0 ] || [ "$bad" -gt 0 ] || bad=1
+  tally "$1" "$ok" "$bad" "$3"
+}
+# A suite run in the background (bg_suite) beside one in front, and shown
+# and counted once it is done (bg_suite_done).
+bg_suite() { # name command...
+  local name=$1; shift
+  ("$@" >"$bg_log/suite.$name" 2>&1; echo $? >"$bg_log/suite.$name.rc") &
+  eval "bg_suite_pid_$name=$! bg_suite_start_$name=$SECONDS"
+}
+bg_suite_done() { # name
+  local pid start
+  eval "pid=\$bg_suite_pid_$1 start=\$bg_suite_start_$1"
+  wait "$pid" || true
+  suite_start=$start
+  run_pg_suite_log "$1" "$(cat "$bg_log/suite.$1.rc")" "$bg_log/suite.$1"
 }
 # Background builds, niced into the CPU the suites in front leave idle; a
 # suite that needs one waits for it (built).
@@ -72,12 +95,14 @@ nice -n 19 cmake --build build -j2 >"$bg_log/client" 2>&1 & client_build=$!
 run_pg_suite version test/check-version.sh
 # pg_regress (sql/) and isolation (test/specs/), several runs at once, each
 # in a database of its own (test/pg-suites.sh; make check runs them too)
+# Beside them, as they mostly wait on leases: the same suites against the
+# portable edition (portable/), installed by a database's owner without
+# superuser (an alternate expected output or a skip only where README.md's
+# table of differences explains it)
+bg_suite portable test/portable/suites.sh
 run_pg_suite regress+isolation test/pg-suites.sh
-# the same suites against the portable edition (portable/), installed by a
-# database's owner without superuser (an alternate expected output or a skip
-# only where README.md's table of differences explains it), and the move
-# between the editions with live leases
-run_pg_suite portable test/portable/suites.sh
+bg_suite_done portable
+# the move between the editions with live leases
 run_pg_suite portable-move test/portable/move.sh
 # pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
 run_pg_suite restore test/restore/roundtrip.sh
@@ -120,6 +145,14 @@ nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
 faults='^(chaos|ha)$'
 if [ $client = yes ]; then
   run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j3 -LE "$faults"
+  # the client's PostgreSQL tests and the TCK (direct, through PgBouncer)
+  # against the portable edition in a database a role without superuser
+  # owns and installed it into (client/test/pg-run.sh), while the builds
+  # above go on; not pg.registered (the extension's simba.notify setting)
+  # nor the hundred thousand services (the same code as the extension's run)
+  run_ctest_suite ctest-portable env SIMBA_TEST_EDITION=portable \
+    SIMBA_PORTABLE_SCRIPT="$PWD/build/portable/simba_portable.sql" ctest --test-dir build --output-on-failure \
+    --timeout 300 -j3 -L '^(pg|tck)$' -E '^pg\.(registered|HundredThousandServices)$'
 fi
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
 # a cluster of their own (make tsan)
