@@ -44,7 +44,8 @@ ROLLBACK;
 \quit
 \endif
 CREATE SCHEMA IF NOT EXISTS :"schema";
-SET LOCAL search_path = :"schema", pg_catalog;
+-- pg_temp last: the installing session's temporary tables never stand in for simba's.
+SET LOCAL search_path = :"schema", pg_catalog, pg_temp;
 
 -- What the C extension takes from superuser settings (simba.history,
 -- simba.max_lease, simba.notify): one row the owner edits, which no

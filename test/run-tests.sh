@@ -64,7 +64,7 @@ count_pg_suite() { # name rc log
 # and counted once it is done (bg_suite_done).
 bg_suite() { # name command...
   local name=$1; shift
-  ("$@" >"$bg_log/suite.$name" 2>&1; echo $? >"$bg_log/suite.$name.rc") &
+  (set +e; "$@" >"$bg_log/suite.$name" 2>&1; echo $? >"$bg_log/suite.$name.rc") &
   eval "bg_suite_pid_$name=$! bg_suite_start_$name=$SECONDS"
 }
 bg_suite_done() { # name

@@ -8,7 +8,8 @@
 # script into their schema public (where CREATE EXTENSION puts the C
 # extension, so the outputs name the same schema) and runs the suites, as a
 # managed service's admin role would. It has CREATEROLE because the tests
-# create and drop their own roles (regress_simba_*), as that admin role
+# create and drop their own roles (regress_simba_*, renamed regress_porta_*
+# here, below), as that admin role
 # may; each CREATE ROLE of a test is followed by a GRANT of the role to its
 # creator, so that it may SET ROLE to it as the tests do (a superuser needs
 # no membership; PostgreSQL 16 grants it with createrole_self_grant).
@@ -130,9 +131,12 @@ settings_sed='
   s/^RESET simba\.(history|max_lease|notify|drop_live_leases);$/UPDATE simba_settings SET \1 = DEFAULT;/
   s/^CREATE ROLE (regress_[a-z_]+);$/CREATE ROLE \1; GRANT \1 TO SESSION_USER;/
   s/^(step [a-z_0-9]+: )SET simba\.notify = ([a-z]+);$/\1UPDATE simba_settings SET notify = '"'"'\2'"'"';/'
+# The tests' roles are the cluster's, and the extension's suites run beside
+# these: a name of their own, as long (the outputs' columns stay as wide).
+roles_sed='s/regress_simba_/regress_porta_/g'
 # The reinstall: two lines of the test, one of its output.
 to_portable() { # kind (sql|out) < file > file
-  sed -E "$settings_sed" | awk -v kind="$1" '
+  sed -E "$settings_sed; $roles_sed" | awk -v kind="$1" '
     pending { pending = 0
               if ($0 == "CREATE EXTENSION simba;") { print "\\set ECHO none"; if (kind == "sql") print "\\i ../reinstall.sql"; next }
               print "DROP EXTENSION simba;" }
@@ -157,12 +161,12 @@ done
 # In a spec, a setting is a statement of a step: the same substitution
 # within the braces.
 for f in test/specs/*.spec; do
-  sed -E -e 's/\{ *SET simba\.notify = ([a-z]+); *\}/{ UPDATE simba_settings SET notify = '"'"'\1'"'"'; }/' \
+  sed -E -e "$roles_sed" -e 's/\{ *SET simba\.notify = ([a-z]+); *\}/{ UPDATE simba_settings SET notify = '"'"'\1'"'"'; }/' \
          -e 's/^( *)CREATE ROLE (regress_[a-z_]+);$/\1CREATE ROLE \2; GRANT \2 TO SESSION_USER;/' "$f" \
     > "$work/input/specs/$(basename "$f")"
 done
 for f in test/portable/expected/*.out; do
-  [ -e "$f" ] && cp "$f" "$work/input/expected/"
+  [ -e "$f" ] && sed -E "$roles_sed" "$f" > "$work/input/expected/$(basename "$f")"
 done
 
 # --- the owner, its databases ----------------------------------------------
