@@ -148,8 +148,9 @@ if [ $client = yes ]; then
   # the client's PostgreSQL tests and the TCK (direct, through PgBouncer)
   # against the portable edition in a database a role without superuser
   # owns and installed it into (client/test/pg-run.sh), while the builds
-  # above go on; not pg.registered (the extension's simba.notify setting)
-  # nor the hundred thousand services (the same code as the extension's run)
+  # above go on; not pg.registered (the same tests again under notify =
+  # registered) nor the hundred thousand services (the client's own load),
+  # for time
   run_ctest_suite ctest-portable env SIMBA_TEST_EDITION=portable \
     SIMBA_PORTABLE_SCRIPT="$PWD/build/portable/simba_portable.sql" ctest --test-dir build --output-on-failure \
     --timeout 300 -j3 -L '^(pg|tck)$' -E '^pg\.(registered|HundredThousandServices)$'

@@ -33,6 +33,9 @@ public:
     TryCounter(pqxx::connection& c, const std::string& key) : db_(c), name_("regress_tries_" + key) {
         pqxx::nontransaction tx(db_);
         tx.exec0("CREATE SEQUENCE public." + tx.quote_name(name_));
+        // The trigger runs as whoever updates the row: under the portable
+        // edition its SECURITY DEFINER functions' owner, not this superuser.
+        tx.exec0("GRANT USAGE ON SEQUENCE public." + tx.quote_name(name_) + " TO PUBLIC");
         tx.exec0("CREATE FUNCTION public." + tx.quote_name(name_) +
                  "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.key = " + tx.quote(key) +
                  " THEN PERFORM pg_catalog.nextval(" + tx.quote("public." + tx.quote_name(name_)) +
