@@ -24,7 +24,7 @@
 //  - the usual row invariants (see the end of main).
 //
 // Usage: sql_fuzz [calls] [seed] [--portable SCRIPT]   (server from libpq's
-// PG* environment; the calls run in a database of their own, simba_fuzz,
+// PG* environment; the calls run in a database of their own, simba_fuzz (simba_fuzz_portable),
 // made anew each run; --portable: the portable edition's script installed
 // there instead of the C extension, with psql)
 // Prints "sql_fuzz: N passed, N failed" and exits non-zero on any violation.
@@ -334,24 +334,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "sql_fuzz: cannot connect: %s", PQerrorMessage(conn));
         return 2;
     }
+    // A database of each edition's own: make test runs both at once.
+    const std::string db = portable.empty() ? "simba_fuzz" : "simba_fuzz_portable";
     if (!exec_ok(conn, "SET client_min_messages = error") ||
-        !exec_ok(conn, "DROP DATABASE IF EXISTS simba_fuzz") || !exec_ok(conn, "CREATE DATABASE simba_fuzz") ||
-        (portable.empty() && !exec_ok(conn, "ALTER DATABASE simba_fuzz SET simba.history = on")))
+        !exec_ok(conn, ("DROP DATABASE IF EXISTS " + db).c_str()) ||
+        !exec_ok(conn, ("CREATE DATABASE " + db).c_str()) ||
+        (portable.empty() && !exec_ok(conn, ("ALTER DATABASE " + db + " SET simba.history = on").c_str())))
         return 2;
     for (const auto& role : roles)  // roles are cluster-wide: made once, kept for the next run
         if (!exec_ok(conn, ("DO $$ BEGIN CREATE ROLE " + role +
                             "; EXCEPTION WHEN duplicate_object THEN NULL; END $$").c_str()))
             return 2;
     PQfinish(conn);
-    conn = PQconnectdb("dbname=simba_fuzz");
+    conn = PQconnectdb(("dbname=" + db).c_str());
     if (PQstatus(conn) != CONNECTION_OK) {
-        std::fprintf(stderr, "sql_fuzz: cannot connect to simba_fuzz: %s", PQerrorMessage(conn));
+        std::fprintf(stderr, "sql_fuzz: cannot connect to %s: %s", db.c_str(), PQerrorMessage(conn));
         return 2;
     }
     if (portable.empty()) {
         if (!exec_ok(conn, "CREATE EXTENSION simba")) return 2;
     } else {  // its settings are a row, history on as the extension's above
-        const std::string install = "psql -X -q -v ON_ERROR_STOP=1 -v schema=public -d simba_fuzz -f '" + portable + "'";
+        const std::string install = "psql -X -q -v ON_ERROR_STOP=1 -v schema=public -d " + db + " -f '" + portable + "'";
         if (std::system(install.c_str()) != 0 || !exec_ok(conn, "UPDATE simba_settings SET history = true")) {
             std::fprintf(stderr, "sql_fuzz: could not install the portable edition: %s\n", install.c_str());
             return 2;
@@ -360,7 +363,7 @@ int main(int argc, char** argv) {
     std::vector<Session> sessions(roles.size());
     for (std::size_t k = 0; k < roles.size(); ++k) {
         sessions[k].role = roles[k];
-        sessions[k].conn = PQconnectdb("dbname=simba_fuzz");
+        sessions[k].conn = PQconnectdb(("dbname=" + db).c_str());
         // A row locked by another session's open transaction answers 55P03
         // at once instead of blocking this single-threaded driver.
         if (PQstatus(sessions[k].conn) != CONNECTION_OK ||
