@@ -52,8 +52,7 @@ DECLARE
     q record;
 BEGIN
     FOR q IN SELECT * FROM (SELECT e.ctid, e.owner_id = contender
-                                   AND CASE WHEN e.owner_sysid = c.sysid THEN e.owner_roleid = c.roleid
-                                            ELSE e.owner_role = c.role END AS mine,
+                                   AND simba_portable_same_role(e.owner_role, e.owner_roleid, e.owner_sysid, c) AS mine,
                                    e.owner_id, e.owner_role, e.enqueued_at, e.transition_at > t AS live
                               FROM simba_mutex_queue AS e WHERE e.mutex = $1) AS e
               WHERE e.mine OR e.live ORDER BY e.enqueued_at, e.owner_id LOOP

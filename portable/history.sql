@@ -61,8 +61,7 @@ SELECT m.mutex, 'late_release', contender, c.role, tenure.fence, t
   FROM simba_mutex AS m,
        LATERAL (SELECT m.fence
                  WHERE m.owner_id = contender
-                   AND CASE WHEN m.owner_sysid = c.sysid THEN m.owner_roleid = c.roleid
-                            ELSE m.owner_role = c.role END
+                   AND simba_portable_same_role(m.owner_role, m.owner_roleid, m.owner_sysid, c)
                 UNION ALL
                 SELECT p.previous_fence FROM simba_mutex_history AS p
                  WHERE p.mutex = $1 AND p.fence = m.fence AND p.event = 'taken_over'

@@ -53,9 +53,7 @@ CREATE FUNCTION simba_portable_same(owner_id text, owner_role name, owner_roleid
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $$
-SELECT COALESCE(owner_id = contender
-                AND CASE WHEN owner_sysid = c.sysid THEN owner_roleid = c.roleid
-                         ELSE owner_role = c.role END, false)
+SELECT COALESCE(owner_id = contender AND simba_portable_same_role(owner_role, owner_roleid, owner_sysid, c), false)
 $$;
 
 -- One acquire (simba_mutex_take): won, and the owner after it. m is the
@@ -185,7 +183,7 @@ BEGIN
     SELECT s.ttl_at, s.transition_at INTO ttl_at, transition_at
       FROM simba_session_lease s
      WHERE s.session_id = $1
-       AND CASE WHEN s.owner_sysid = c.sysid THEN s.owner_roleid = c.roleid ELSE s.owner_role = c.role END
+       AND simba_portable_same_role(s.owner_role, s.owner_roleid, s.owner_sysid, c)
        FOR KEY SHARE;
     found_it := FOUND;
     -- The clock after the lock: the session must be live now.
@@ -210,12 +208,11 @@ BEGIN
     SELECT x.* INTO m
       FROM simba_session_lease s, simba_mutex x
      WHERE s.session_id = simba_portable_lost_under_session.session_id
-       AND CASE WHEN s.owner_sysid = c.sysid THEN s.owner_roleid = c.roleid ELSE s.owner_role = c.role END
+       AND simba_portable_same_role(s.owner_role, s.owner_roleid, s.owner_sysid, c)
        AND s.transition_at > t
        AND x.mutex = simba_portable_lost_under_session.mutex;
     IF FOUND AND NOT simba_portable_same(m.owner_id, m.owner_role, m.owner_roleid, m.owner_sysid, contender, c)
        AND simba_portable_live(m, t, false) THEN
-        m.owner_id := COALESCE(m.owner_id, '');  -- simba_portable_owner shows it: it is live
         RETURN simba_portable_owner(m, t);
     END IF;
     RETURN NULL;

@@ -108,6 +108,13 @@ BEGIN
 END
 $$;
 
+-- SIMBA_SAME_ROLE (simba.h): a row's role is the caller's, by OID in this
+-- cluster, by name in another (a restore elsewhere). Inlined where called.
+CREATE FUNCTION simba_portable_same_role(role name, roleid oid, sysid bigint, c simba_portable_caller)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN sysid = c.sysid THEN roleid = c.roleid ELSE role = c.role END $$;
+
 -- Argument checks, with the C extension's SQLSTATEs and messages: the
 -- test (inlined), then the error.
 CREATE FUNCTION simba_portable_bad_name(v text)
@@ -171,7 +178,7 @@ LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
     IF simba_portable_bad_duration(ttl, false) OR simba_portable_bad_duration(transition, true) THEN
-        ttl_at := simba_portable_duration(ttl, 'ttl', false) AND simba_portable_duration(transition, 'transition', true);
+        PERFORM simba_portable_duration(ttl, 'ttl', false), simba_portable_duration(transition, 'transition', true);
     END IF;
     -- ttl first: two huge durations would overflow their sum (22008)
     IF ttl > max_lease OR transition > max_lease - ttl THEN

@@ -23,8 +23,7 @@ DECLARE
     r record;
 BEGIN
     FOR r IN SELECT x.ctid, x.mode, x.fence, x.owner_id, x.owner_role, x.acquired_at,
-                    x.owner_id = contender AND CASE WHEN x.owner_sysid = c.sysid THEN x.owner_roleid = c.roleid
-                                                    ELSE x.owner_role = c.role END AS mine,
+                    x.owner_id = contender AND simba_portable_same_role(x.owner_role, x.owner_roleid, x.owner_sysid, c) AS mine,
                     CASE WHEN session_ends
                          THEN COALESCE(simba_session_time(x.session_id, 'transition_at', NULL), x.transition_at)
                          ELSE x.transition_at END AS ends
@@ -114,7 +113,7 @@ BEGIN
            SET owner_role = c.role, owner_roleid = c.roleid, owner_sysid = c.sysid, renewed_at = t,
                ttl_at = lease.ttl_at, transition_at = lease.transition_at, clock_origin = NULL
          WHERE x.rwlock = $1 AND x.owner_id = $2
-           AND CASE WHEN x.owner_sysid = c.sysid THEN x.owner_roleid = c.roleid ELSE x.owner_role = c.role END
+           AND simba_portable_same_role(x.owner_role, x.owner_roleid, x.owner_sysid, c)
            AND x.mode = $3 AND x.session_id IS NULL AND x.transition_at > t
         RETURNING x.fence, x.acquired_at INTO fence, since;
         IF FOUND THEN
@@ -285,7 +284,7 @@ BEGIN
     -- it, so no conflicting grant is made until then.
     PERFORM 1 FROM simba_rwlock_holder AS x
      WHERE x.rwlock = $1 AND x.owner_id = $2
-       AND CASE WHEN x.owner_sysid = c.sysid THEN x.owner_roleid = c.roleid ELSE x.owner_role = c.role END
+       AND simba_portable_same_role(x.owner_role, x.owner_roleid, x.owner_sysid, c)
        FOR SHARE;
     h := simba_portable_holders($1, $2, c, true);
     -- Read after the lock: the lease must still hold now.

@@ -164,7 +164,7 @@ BEGIN
     -- The clock after the row lock: a grant that took the slot first has changed the token.
     PERFORM 1 FROM simba_semaphore_permit AS p
      WHERE p.key = $1 AND p.token = $2
-       AND CASE WHEN p.holder_sysid = c.sysid THEN p.holder_roleid = c.roleid ELSE p.holder_role = c.role END
+       AND simba_portable_same_role(p.holder_role, p.holder_roleid, p.holder_sysid, c)
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -176,7 +176,7 @@ BEGIN
            renewed_at = CASE WHEN p.session_id IS NULL THEN t ELSE p.renewed_at END,
            clock_origin = CASE WHEN p.session_id IS NULL THEN NULL ELSE p.clock_origin END
      WHERE p.key = $1 AND p.token = $2
-       AND CASE WHEN p.holder_sysid = c.sysid THEN p.holder_roleid = c.roleid ELSE p.holder_role = c.role END
+       AND simba_portable_same_role(p.holder_role, p.holder_roleid, p.holder_sysid, c)
        AND simba_portable_permit_live(p, t, true);
     RETURN FOUND;
 END
@@ -202,7 +202,7 @@ BEGIN
     UPDATE simba_semaphore_permit AS p
        SET expires_at = t, renewed_at = t, clock_origin = NULL, session_id = NULL
      WHERE p.key = $1 AND p.token = $2
-       AND CASE WHEN p.holder_sysid = c.sysid THEN p.holder_roleid = c.roleid ELSE p.holder_role = c.role END
+       AND simba_portable_same_role(p.holder_role, p.holder_roleid, p.holder_sysid, c)
        AND simba_portable_permit_live(p, t, true);
     IF NOT FOUND THEN
         RETURN false;
@@ -240,7 +240,7 @@ BEGIN
       INTO current_fence, expires
       FROM simba_semaphore_permit AS p
      WHERE p.key = $1 AND p.token = $2
-       AND CASE WHEN p.holder_sysid = c.sysid THEN p.holder_roleid = c.roleid ELSE p.holder_role = c.role END
+       AND simba_portable_same_role(p.holder_role, p.holder_roleid, p.holder_sysid, c)
        FOR SHARE OF p;
     t := pg_catalog.clock_timestamp();
     IF NOT FOUND THEN

@@ -58,7 +58,7 @@ BEGIN
     END IF;
     SELECT * INTO lease_row FROM simba_session_lease AS x
      WHERE x.session_id = $1
-       AND CASE WHEN x.owner_sysid = c.sysid THEN x.owner_roleid = c.roleid ELSE x.owner_role = c.role END
+       AND simba_portable_same_role(x.owner_role, x.owner_roleid, x.owner_sysid, c)
        FOR NO KEY UPDATE;
     t := pg_catalog.clock_timestamp();
     IF NOT FOUND OR lease_row.transition_at <= t THEN
@@ -107,6 +107,7 @@ DECLARE
     released bigint := 0;
     more text[];
     n text;
+    notify text;
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'session_id must not be null' USING ERRCODE = '22004';
@@ -114,7 +115,7 @@ BEGIN
     -- Unknown or another role's: nothing to close (as simba_release returns false).
     SELECT * INTO lease_row FROM simba_session_lease AS x
      WHERE x.session_id = $1
-       AND CASE WHEN x.owner_sysid = c.sysid THEN x.owner_roleid = c.roleid ELSE x.owner_role = c.role END
+       AND simba_portable_same_role(x.owner_role, x.owner_roleid, x.owner_sysid, c)
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN 0;
@@ -167,8 +168,9 @@ BEGIN
     DELETE FROM simba_session_lease AS x WHERE x.session_id = $1;
     -- Waiters of each mutex, key and read-write lock woken in byte order of
     -- the names, as simba_release_all wakes them; repeats fold into one.
+    notify := (SELECT s.notify FROM simba_settings AS s);
     FOR n IN SELECT w FROM (SELECT DISTINCT w FROM pg_catalog.unnest(woken) AS w) AS d ORDER BY w COLLATE "C" LOOP
-        PERFORM simba_portable_wake(n, (SELECT s.notify FROM simba_settings s));
+        PERFORM simba_portable_wake(n, notify);
     END LOOP;
     RETURN released;
 END
