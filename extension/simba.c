@@ -168,7 +168,7 @@ _PG_init(void)
 							 "registered skips the NOTIFY of a release nobody registered with simba_wait() "
 							 "waits for; a plain LISTEN simba that does not register then misses it.",
 							 &simba_notify,
-							 SIMBA_NOTIFY_ALWAYS,
+							 SIMBA_NOTIFY_REGISTERED,
 							 notify_options,
 							 PGC_SUSET,
 							 0,

@@ -30,7 +30,7 @@
 #include "utils/builtins.h"
 
 /* simba.notify */
-int			simba_notify = SIMBA_NOTIFY_ALWAYS;
+int			simba_notify = SIMBA_NOTIFY_REGISTERED;
 
 /* The first key of simba's advisory locks ('SIMB'); the second is the bucket. */
 #define SIMBA_WAKE_CLASS 0x53494d42

@@ -54,7 +54,7 @@ CREATE TABLE simba_settings (
     id        boolean  PRIMARY KEY DEFAULT true CHECK (id),
     history   boolean  NOT NULL DEFAULT false,
     max_lease interval NOT NULL DEFAULT '7 days' CHECK (max_lease > interval '0'),
-    notify    text     NOT NULL DEFAULT 'always' CHECK (notify IN ('always', 'registered')),
+    notify    text     NOT NULL DEFAULT 'registered' CHECK (notify IN ('always', 'registered')),
     drop_live_leases boolean NOT NULL DEFAULT false,
     edition   text     NOT NULL DEFAULT 'portable 1.4' CHECK (edition = 'portable 1.4')
 );

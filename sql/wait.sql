@@ -19,7 +19,7 @@ SELECT simba_wait(ARRAY['a', repeat('x', 257)]);
 SELECT count(*) AS registered FROM pg_locks
  WHERE locktype = 'advisory' AND classid = 1397312834 AND pid = pg_backend_pid();
 
--- releases send their NOTIFY unless the DBA says otherwise
+-- releases send their NOTIFY only to registered waiters unless the DBA says otherwise
 SHOW simba.notify;
 
 -- registered: a session-level ShareLock per bucket of names (at most 32)

@@ -23,7 +23,7 @@
 # under it too: it compares its clock with the postmaster's start time).
 # COMMAND's own environment is left as it was. Off by default.
 # SIMBA_PG_CONF="name = value; ..." appends those settings to postgresql.conf
-# (pg.registered: simba.notify = registered for every connection).
+# (pg.always: simba.notify = always for every connection).
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 

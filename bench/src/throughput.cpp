@@ -9,9 +9,9 @@
 //   simba       SELECT * FROM simba_acquire(...)   + SELECT simba_release(...)
 //   portable    the same two calls of the portable edition (portable/,
 //               --portable PATH installs its script in schema simba_portable)
-//   simba_registered  the same under SET simba.notify = registered (pair
-//               only; a superuser's connection): nobody waits, so the release
-//               skips its NOTIFY (README, "Wake-ups")
+//   simba_always  the same under SET simba.notify = always (pair only; a
+//               superuser's connection): every release sends its NOTIFY, as
+//               until 1.4 made registered the default (README, "Wake-ups")
 //   floor       the extension's conditional UPDATE ... RETURNING as plain SQL
 //               (+ its release UPDATE with pg_notify), clock_timestamp() as t
 //   floor_trig  the same statements on simba_mutex itself (its triggers fire):
@@ -133,11 +133,11 @@ std::vector<Variant> variants() {
     };
     v.push_back({"portable", "pair", false, portable_prepare, simba_acq, simba_rel, nullptr});
     v.push_back({"portable", "renew", false, portable_prepare, simba_acq, simba_rel, nullptr});
-    auto simba_registered_prepare = [simba_prepare](Ctx& c) {
-        c.pg->exec("SET simba.notify = registered");
+    auto simba_always_prepare = [simba_prepare](Ctx& c) {
+        c.pg->exec("SET simba.notify = always");
         simba_prepare(c);
     };
-    v.push_back({"simba_registered", "pair", false, simba_registered_prepare, simba_acq, simba_rel, nullptr});
+    v.push_back({"simba_always", "pair", false, simba_always_prepare, simba_acq, simba_rel, nullptr});
     // ---------------------------------------------------------- floor
     auto floor_prepare_on = [](const std::string& table) {
       return [table](Ctx& c) {

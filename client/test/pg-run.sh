@@ -42,8 +42,8 @@ if [ -n "${SIMBA_PGDATA:-}" ] || [ "${SIMBA_TEST_USE_ENV:-0}" = 1 ]; then
     # does nothing where the edition is there).
     install=(psql -X -q -v ON_ERROR_STOP=1 -U "$SIMBA_PORTABLE_OWNER" -v schema=public -f "$SIMBA_PORTABLE_SCRIPT")
     "${install[@]}" >/dev/null 2>&1 || "${install[@]}" >/dev/null
-    # The cluster's simba.* settings (SIMBA_PG_CONF, e.g. pg.registered's
-    # simba.notify = registered) are GUCs the portable edition never reads:
+    # The cluster's simba.* settings (SIMBA_PG_CONF, e.g. pg.always's
+    # simba.notify = always) are GUCs the portable edition never reads:
     # its owner puts them in simba_settings instead.
     while IFS='=' read -r name value; do
       name=$(echo "$name" | tr -d ' ') value=$(echo "$value" | sed "s/^ *//; s/ *$//; s/^'//; s/'$//")
