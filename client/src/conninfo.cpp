@@ -6,6 +6,7 @@
 #include <map>
 
 #include "simba/errors.hpp"
+#include "simba/log.hpp"
 #include "statements.hpp"
 
 namespace simba::pg::detail {
@@ -91,6 +92,15 @@ int host_count(const std::string& conninfo) {
 
 std::string listen_conninfo_for(const std::string& user, FactoryOptions o) {
     if (o.listen_conninfo == "none") return {};
+    // A LISTEN, and simba_wait's session-level locks, through a transaction
+    // pooler would sit on whichever server connection ran them: nothing is
+    // heard, and the registrations stay behind in the pool.
+    if (o.pooled && o.listen_conninfo.empty()) {
+        log(LogLevel::warning,
+            "FactoryOptions::pooled without listen_conninfo: no LISTEN (waiters poll); give listen_conninfo a "
+            "direct connection string for push wake-ups, or \"none\" to say so");
+        return {};
+    }
     return build_conninfo(o.listen_conninfo.empty() ? user : o.listen_conninfo, o);
 }
 

@@ -14,7 +14,8 @@ namespace simba::pg::detail {
 /// effect. Throws InvalidArgumentError (22023) for a malformed string.
 std::string build_conninfo(const std::string& user, FactoryOptions& o);
 /// The LISTEN connection's string: FactoryOptions::listen_conninfo, else the
-/// statement connection's; empty for "none" (poll only).
+/// statement connection's unless pooled; empty for "none" and for pooled
+/// without one (poll only).
 std::string listen_conninfo_for(const std::string& user, FactoryOptions o);
 /// FactoryOptions::connect_timeout raised to libpq's minimum of 2 s.
 std::chrono::seconds connect_timeout(const FactoryOptions& o);

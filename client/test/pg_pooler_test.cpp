@@ -114,6 +114,19 @@ TEST(Pooler, PollOnlyWithoutListenStillHandsOverAtThePoll) {
     sb->stop();
 }
 
+// pooled without listen_conninfo: a LISTEN through the pooler would hear
+// nothing and leave simba_wait's registrations on a pooled server
+// connection, so the factory opens none, says so, and waiters poll.
+TEST(Pooler, PooledWithoutListenConninfoOpensNoListenConnection) {
+    LogCapture logs;
+    const auto opts = pooled("nolisten", "");
+    simba::pg::ContendServiceFactory fa(pooler(), opts);
+    ASSERT_TRUE(fa.wait_connected(5s));
+    EXPECT_EQ(fa.connection_count(), 1) << "no LISTEN connection through the pooler";
+    EXPECT_EQ(logs.count_containing("pooled without listen_conninfo"), 1);
+    EXPECT_EQ(pooler_clients(opts.application_name), 1);
+}
+
 TEST(Pooler, SemaphoreThroughThePooler) {
     auto db = admin();
     simba::pg::ContendServiceFactory factory(pooler(), pooled("poolsem", direct()));

@@ -42,10 +42,10 @@ std::shared_ptr<Io> io_of(ContendServiceFactory& factory);
 
 struct FactoryOptions {
     /// Where LISTEN simba (push wake-ups) connects. Empty: the same as the
-    /// connection string. Behind a transaction-pooling PgBouncer LISTEN needs
-    /// a direct connection to the server: give its connection string here,
-    /// or "none" to poll only (a release then reaches waiters at their next
-    /// poll instead of at once).
+    /// connection string, or none when pooled. Behind a transaction-pooling
+    /// PgBouncer LISTEN needs a direct connection to the server: give its
+    /// connection string here, or "none" to poll only (a release then
+    /// reaches waiters at their next poll instead of at once).
     std::string listen_conninfo;
     /// The connection string leads to a transaction-pooling pooler (PgBouncer
     /// pool_mode = transaction): statements go unprepared and no session
