@@ -285,7 +285,7 @@ bool Connections::after_wake(bool broke, SteadyClock::time_point now) {
         // The server ended the LISTEN connection: it ended the statement
         // connection too (a pooler or server restart, a failover,
         // pg_terminate_backend), which would only be found dead at its next
-        // statement. Both go, and both reconnect (README, "Failures").
+        // statement. Both go, and both reconnect (client/README.md, "Failures").
         // Routine, as in probe(): the reason is what the server said, if anything.
         const auto& why = listen_.said().rfind("FATAL", 0) == 0 ? listen_.said() : listen_.error();
         log(LogLevel::info, "the server closed the LISTEN connection (" + why + "); dropping the statement connection too");

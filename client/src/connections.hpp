@@ -6,7 +6,8 @@
 // that misses a deadline reconnects on its own, one the server closed takes
 // the statement connection with it (as a lost statement connection takes
 // LISTEN), and an idle statement connection the server closed is seen on
-// its socket (probe()). See docs/design.md, "Bounded waits".
+// its socket (probe()). See docs/design.md, "Client",
+// the "Bounded waits" bullet.
 //
 // I/O state, guarded by the factory's io_m, except where a member says so.
 #pragma once

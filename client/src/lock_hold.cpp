@@ -286,8 +286,9 @@ bool LockHold::end() {
     try {
         return call<bool>(*io_, [self](pqxx::connection& c) { return self->st_->release(c); }, "lock");
     } catch (const std::exception& e) {
-        // Under a session the hold would never lapse: the release is owed,
-        // sent again until it succeeds, and before this lock's next attempt.
+        // Owed with or without a session (under one the hold would never
+        // lapse): sent again until it succeeds, and before this lock's next
+        // attempt.
         log(LogLevel::warning, "release of " + st_->what() + " failed: " + e.what());
         {
             std::lock_guard<std::mutex> lock(m_);

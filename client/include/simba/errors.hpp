@@ -38,7 +38,9 @@ public:
     using Error::Error;
 };
 
-/// simba_fence_check failures (SQLSTATE class SB).
+/// Every SQLSTATE of class SB: simba_fence_check failures (SB001-SB003,
+/// the subclasses below), SB004 (a session that has ended, is unknown or
+/// is another role's) and SB005 (a reader of a read-write lock asked to write).
 class FenceError : public Error {
 public:
     using Error::Error;

@@ -1,7 +1,9 @@
 // simba client: the owner of a mutex as the server reported it.
 //
-// Times are server times (microseconds since the Unix epoch, read from the
-// server's clock_timestamp()). They are never compared with the client's wall
+// Times are server times (microseconds since the Unix epoch, read from
+// simba's clock, simba_clock(), with the C extension, and from
+// clock_timestamp() with the portable edition; docs/design.md, "Clock").
+// They are never compared with the client's wall
 // clock: each MutexOwner carries `anchor`, the client's SteadyClock (boot clock) time at
 // which the request that produced it was SENT, paired with the server's
 // decision time `current_at`. A server time t maps onto the steady clock as
