@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The release version is written in four places that must agree (make test
+# The release version is written in five places that must agree (make test
 # runs this; NEWS.md says how to bump):
 #   extension/simba.control  default_version: the source (PGXS and cmake read it)
 #   an install script or an upgrade path to it (extension/simba--*.sql)
 #   NEWS.md                  its newest "## X.Y" entry
 #   debian/changelog         its newest entry's upstream version (X.Y-N)
+#   python/pyproject.toml    the Python client's version (and simba.__version__)
 # and so is the client library's ABI version N (SIMBA_CLIENT_SOVERSION in
 # client/CMakeLists.txt): the Debian runtime package is libsimba-clientN.
 # Prints one "... ok" / "... FAILED" line per check; exits 1 if any failed.
@@ -26,6 +27,9 @@ echo "version: control $v, NEWS.md $news, debian/changelog $deb"
 check "extension/simba.control has a default_version" test -n "$v"
 check "NEWS.md's newest entry is $v" test "$news" = "$v"
 check "debian/changelog's newest entry is $v-N" test "$deb_upstream" = "$v"
+py=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' python/pyproject.toml)
+py_module=$(sed -n 's/^__version__ = "\([0-9.]*\)"$/\1/p' python/simba/__init__.py)
+check "python/pyproject.toml and simba.__version__ are $v" test "$py" = "$v" -a "$py_module" = "$v"
 # CREATE EXTENSION needs simba--V.sql or an upgrade chain from an install
 # script; the newest upgrade script must end at V.
 install_or_upgrade() { [ -e "extension/simba--$v.sql" ] || compgen -G "extension/simba--*--$v.sql" >/dev/null; }

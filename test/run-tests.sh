@@ -107,6 +107,9 @@ run_pg_suite portable-move test/portable/move.sh
 # pg_dump / pg_restore of a database using simba: nothing lost, nothing reissued
 run_pg_suite restore test/restore/roundtrip.sh
 run_pg_suite portable-restore test/restore/roundtrip.sh --portable
+# the Python client (python/): its pytest suite against this cluster, and
+# pip install ./python offline (test/python/run.sh)
+run_pg_suite python test/python/run.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh

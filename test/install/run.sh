@@ -3,7 +3,8 @@
 # runs this inside its throwaway cluster; about 30 s on 2 cores, most of
 # it building the library without the CLI):
 #   make install DESTDIR=<stage>: the extension, libsimba-client, its headers,
-#   the CMake package simba-client, simba-client.pc and the simba command;
+#   the CMake package simba-client, simba-client.pc, the simba command and
+#   the Python package simba (imported from there, holding a mutex);
 #   a C++20 program (consumer.cpp) built with `pkg-config simba-client` and
 #   one built with find_package(simba-client), against those files only, then
 #   run (holding a mutex on the cluster and fence-checking it in a libpqxx
@@ -43,6 +44,8 @@ ldconfig_calls() { [ -e "$work/ldconfig.calls" ] && wc -l <"$work/ldconfig.calls
 # --- make install DESTDIR=... -----------------------------------------------
 stage=$work/stage
 usr=$stage/usr/local
+# where the system's python3 reads /usr/local's packages (cmake/SimbaPython.cmake)
+pydir=$usr/lib/python$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages
 make_install() {
   make -s install DESTDIR="$stage" >"$work/install.log" 2>&1 || { cat "$work/install.log"; return 1; }
 }
@@ -54,11 +57,12 @@ installed_files() {
            lib/cmake/simba-client/simba-client-targets.cmake lib/pkgconfig/simba-client.pc bin/simba; do
     [ -e "$usr/$f" ] || { echo "missing: $usr/$f"; missing=1; }
   done
+  [ -e "$pydir/simba/__init__.py" ] || { echo "missing: $pydir/simba/__init__.py"; missing=1; }
   local ext; ext=$(pg_config --sharedir)/extension/simba.control
   [ -e "$stage$ext" ] || { echo "missing: $stage$ext"; missing=1; }
   return $missing
 }
-check "it installed the library, headers, CMake package, simba-client.pc, simba and the extension" installed_files
+check "it installed the library, headers, CMake package, simba-client.pc, simba, the Python client and the extension" installed_files
 check "no ldconfig under DESTDIR" test "$(ldconfig_calls)" -eq 0
 check "the CMake package asks for cxx_std_17 as a compile feature, no -std= option" \
   sh -c "grep -q 'INTERFACE_COMPILE_FEATURES \"cxx_std_17\"' '$usr/lib/cmake/simba-client/simba-client-targets.cmake' &&
@@ -121,6 +125,21 @@ run() { # program
 }
 check "the pkg-config program runs${lock:+ and holds a mutex}" run "$work/consumer-pc"
 check "the find_package program runs${lock:+ and holds a mutex}" run "$work/cmake/consumer"
+# The staged Python package, from outside the source tree (whose python/ it
+# must not import), on the cluster holding a mutex.
+python_client() {
+  (cd "$work" && PYTHONPATH=$pydir SIMBA_LOCK=${lock:+install-python} /usr/bin/python3 - "$pydir" <<'EOF'
+import os, sys
+import simba
+assert simba.__file__.startswith(sys.argv[1] + "/simba/"), simba.__file__
+if os.environ["SIMBA_LOCK"]:
+    with simba.Client("") as client:
+        with client.lock(os.environ["SIMBA_LOCK"], timeout=10) as lease:
+            assert lease.fence > 0, lease
+EOF
+  )
+}
+check "the Python client imports from the install${lock:+ and holds a mutex}" python_client
 if [ -n "${PGHOST:-}" ]; then
   psql -XqAt -d postgres -c "DROP DATABASE IF EXISTS $PGDATABASE" >/dev/null || true
 fi

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The Debian packages as a user gets them (make test runs this; about
 # 2 minutes on 2 cores, most of it the package build):
-#   make deb and lintian, then apt-get install of the four packages, then on a throwaway
+#   make deb and lintian, then apt-get install of the five packages, then on a throwaway
 #   cluster (test/with-cluster.sh): CREATE EXTENSION simba from
 #   postgresql-15-simba, a program built against libsimba-client-dev with
 #   find_package(simba-client) and with pkg-config, `simba --help` and one
-#   `simba run` from simba-cli.
+#   `simba run` from simba-cli, a lock taken with python3-simba.
 # Only installed files are used, never the source tree's: the checks fail if
 # a file came from elsewhere (a `make install` under /usr/local, say).
 # Prints one "... ok" / "... FAILED" line per check. Needs root (or sudo).
@@ -30,7 +30,7 @@ if [ "${1:-}" != --inside ]; then
     cat build/lintian.log; echo "package: lintian ... FAILED"; exit 1
   fi
   debs=()
-  for p in postgresql-15-simba libsimba-client2 libsimba-client-dev simba-cli; do
+  for p in postgresql-15-simba libsimba-client2 libsimba-client-dev simba-cli python3-simba; do
     debs+=("$root/$(ls build/deb/${p}_*.deb)")
   done
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
@@ -118,4 +118,22 @@ portable() {
     test -s /usr/share/simba/portable/move.sql
 }
 check "a database's owner installs the packaged portable edition and takes a lock" portable
+# python3-simba: the system's python3 imports it from the package (run
+# outside the source tree, whose python/ it must not find, and without
+# /usr/local's packages, where make test's make install put another) and
+# takes a lock
+python_client() {
+  (cd "$work" && /usr/bin/python3 - <<'EOF'
+import sys
+sys.path = [p for p in sys.path if not p.startswith("/usr/local/")]
+import simba
+assert simba.__file__.startswith("/usr/lib/python3/dist-packages/simba/"), simba.__file__
+with simba.Client("") as client:
+    with client.lock("package-smoke-py", timeout=10) as lease:
+        assert lease.fence > 0, lease
+EOF
+  )
+}
+check "python3-simba's files unchanged on disk (dpkg --verify)" sh -c '[ -z "$(dpkg --verify python3-simba)" ]'
+check "the packaged Python client takes a lock" python_client
 exit $failed

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The Python client (python/): its pytest suite against the server in
+# libpq's environment (make test runs it inside its throwaway cluster),
+# importing the source tree's package, then `pip install ./python` offline
+# (Debian's setuptools, no build isolation) into a scratch directory and an
+# import from there. Prints one "python: TEST ... ok" / "... FAILED" line
+# per test (pytest's own report above them); exits non-zero if any failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# The system's interpreter, which has python3-psycopg: not a pyenv's or a
+# virtualenv's first on PATH.
+py=${SIMBA_PYTHON:-/usr/bin/python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/simba-python.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+rc=0
+"$py" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=60 python/tests >"$work/pytest.log" 2>&1 || rc=1
+cat "$work/pytest.log"
+sed -nE 's/^([^ ]*test_[^ ]*::[^ ]+) (PASSED|XPASS).*/python: \1 ... ok/p
+         s/^([^ ]*test_[^ ]*::[^ ]+) (FAILED|ERROR).*/python: \1 ... FAILED/p' "$work/pytest.log"
+
+# From a copy: a build in place would leave build/ and *.egg-info behind.
+pip_install() {
+  mkdir "$work/src" && cp -r python/pyproject.toml python/README.md python/simba "$work/src/" &&
+    "$py" -m pip install -q --root-user-action=ignore --no-build-isolation --no-deps --no-index \
+      --target "$work/site" "$work/src" &&
+    (cd "$work" && PYTHONPATH=$work/site "$py" -c \
+      'import sys, simba; assert simba.__file__.startswith(sys.argv[1]), simba.__file__' "$work/site/simba/")
+}
+if pip_install >"$work/pip.log" 2>&1; then
+  echo "python: pip install ./python offline, then import simba from there ... ok"
+else
+  cat "$work/pip.log"; echo "python: pip install ./python offline, then import simba from there ... FAILED"; rc=1
+fi
+exit $rc
