@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import random
 from typing import Any, Optional, Tuple
 
 import psycopg
 
 from . import errors
-from .client import ACQUIRE_SQL, RELEASE_SQL, Callback, Client, Lock, _Owner, log
+from .client import ACQUIRE_SQL, RELEASE_SQL, Callback, Client, Lock, _Owner, _WaitSchedule, log
 from .errors import CancelledError, Error, IllegalStateError, LockTimeoutError, SessionEndedError
 from .lease import Lease, monotonic, server_time
 
@@ -265,8 +264,7 @@ class AsyncLock(Lock):
         c = self._client
         waiter: Optional[Any] = None
         ev: Optional[_LoopEvent] = None
-        last_notify_attempt = -1e9
-        last_seen: Optional[Tuple[Optional[str], int]] = None
+        schedule = _WaitSchedule(self.contender_id, c.notify_min_interval)
         try:
             while True:
                 if c._closing:
@@ -281,48 +279,31 @@ class AsyncLock(Lock):
                     if errors.is_permanent(e.sqlstate) or not blocking:
                         raise
                     log.info("simba: attempt on %r failed, retrying: %s", self.name, e)
-                    delay = c._retry_delay
+                    schedule.retry_in(c._retry_delay)
                 else:
                     if owner is True:
                         return True
                     if not blocking:
                         return False
                     assert isinstance(owner, _Owner)
-                    seen = (owner.owner_id, owner.fence)
-                    if last_seen is not None and seen != last_seen:
-                        last_notify_attempt = -1e9
-                    last_seen = seen
-                    if owner.owner_id is None or owner.owner_id == self.contender_id:
-                        delay = 0.01
-                    else:
-                        tr = owner.transition_at - owner.ttl_at
-                        jitter = random.uniform(-0.2, 1.0) if tr > 0 else random.uniform(0.0, 1.0)
-                        delay = max(0.0, owner.sent_at + (owner.transition_at - owner.current_at) / 1e6
-                                    - monotonic() + jitter)
+                    schedule.lost_to(owner)
                 if waiter is None:
                     ev = _LoopEvent(asyncio.get_running_loop())
                     waiter = c._add_waiter(self.name, ev)
                 assert ev is not None
-                poll_at = monotonic() + delay
-                notified = False
                 while True:
                     now = monotonic()
                     if until is not None and now >= until:
                         return False
-                    target = poll_at
-                    if notified:
-                        target = min(target, last_notify_attempt + c.notify_min_interval)
-                    if target <= now:
-                        if notified:
-                            last_notify_attempt = now
+                    wait = schedule.wait(now)
+                    if wait <= 0:
                         break
-                    wait = target - now if until is None else min(target, until) - now
-                    woke = await ev.wait(max(0.0, wait))
+                    woke = await ev.wait(wait if until is None else min(wait, until - now))
                     if c._closing:
                         raise CancelledError(f"lock {self.name!r}: the client was closed")
                     if woke:
                         ev.clear()
-                        notified = True
+                        schedule.notified()
         finally:
             if waiter is not None:
                 c._remove_waiter(self.name, waiter)

@@ -910,6 +910,54 @@ class Client:
                 log.warning("simba: shutdown could not close the session (%s): it lapses", str(e).strip())
 
 
+class _WaitSchedule:
+    """When a waiter attempts again (docs/client-protocol.md, "Waiting"): at
+    its poll time (the holder's transition_at plus jitter; soon when the
+    mutex is free), or on a NOTIFY, at most one NOTIFY-brought attempt per
+    ``notify_min_interval`` (a change of hands lets the next act at once)."""
+
+    def __init__(self, contender_id: str, notify_min_interval: float) -> None:
+        self._contender_id = contender_id
+        self._interval = notify_min_interval
+        self._last_notify_attempt = -1e9
+        self._last_seen: Optional[Tuple[Optional[str], int]] = None
+        self._poll_at = 0.0
+        self._notified = False
+
+    def lost_to(self, owner: _Owner) -> None:
+        """After an attempt that found ``owner`` holding the mutex."""
+        seen = (owner.owner_id, owner.fence)
+        if self._last_seen is not None and seen != self._last_seen:
+            self._last_notify_attempt = -1e9
+        self._last_seen = seen
+        if owner.owner_id is None or owner.owner_id == self._contender_id:
+            delay = 0.01  # free, or ours but proved nothing (given back): again soon
+        else:
+            tr = owner.transition_at - owner.ttl_at
+            jitter = random.uniform(-0.2, 1.0) if tr > 0 else random.uniform(0.0, 1.0)
+            delay = owner.sent_at + (owner.transition_at - owner.current_at) / 1e6 - monotonic() + jitter
+        self.retry_in(delay)
+
+    def retry_in(self, delay: float) -> None:
+        """After an attempt that failed: the next in ``delay`` seconds."""
+        self._poll_at = monotonic() + max(0.0, delay)
+        self._notified = False
+
+    def notified(self) -> None:
+        self._notified = True
+
+    def wait(self, now: float) -> float:
+        """Seconds to wait before the next attempt; 0: attempt now."""
+        target = self._poll_at
+        if self._notified:
+            target = min(target, self._last_notify_attempt + self._interval)
+        if target > now:
+            return target - now
+        if self._notified:
+            self._last_notify_attempt = now
+        return 0.0
+
+
 class Lock:
     """A distributed lock on one mutex, with :class:`threading.Lock`'s API.
 
@@ -1036,8 +1084,7 @@ class Lock:
         # once more, so a release between the losing attempt and the
         # registration is not missed.
         waiter: Optional[_Waiter] = None
-        last_notify_attempt = -1e9
-        last_seen: Optional[Tuple[Optional[str], int]] = None
+        schedule = _WaitSchedule(self.contender_id, c.notify_min_interval)
         try:
             while True:
                 if c._closing:
@@ -1056,48 +1103,30 @@ class Lock:
                     with c._mu:
                         if c._conn is None:
                             delay = max(0.01, min(delay, c._next_connect_at - monotonic()))
+                    schedule.retry_in(delay)
                 else:
                     if owner is True:
                         return True
                     if not blocking:
                         return False
                     assert isinstance(owner, _Owner)
-                    seen = (owner.owner_id, owner.fence)
-                    changed = last_seen is not None and seen != last_seen
-                    last_seen = seen
-                    if changed:
-                        last_notify_attempt = -1e9  # a change of hands lets the next NOTIFY act at once
-                    if owner.owner_id is None or owner.owner_id == self.contender_id:
-                        # free, or ours but proved nothing (given back): again soon
-                        delay = 0.01
-                    else:
-                        tr = owner.transition_at - owner.ttl_at
-                        jitter = random.uniform(-0.2, 1.0) if tr > 0 else random.uniform(0.0, 1.0)
-                        delay = owner.sent_at + (owner.transition_at - owner.current_at) / 1e6 - monotonic() + jitter
-                        delay = max(0.0, delay)
+                    schedule.lost_to(owner)
                 if waiter is None:
                     waiter = c._add_waiter(self.name)
                 # wait: a NOTIFY (rate-limited) or the poll backstop
-                poll_at = monotonic() + delay
-                notified = False
                 while True:
                     now = monotonic()
                     if until is not None and now >= until:
                         return False
-                    target = poll_at
-                    if notified:
-                        target = min(target, last_notify_attempt + c.notify_min_interval)
-                    if target <= now:
-                        if notified:
-                            last_notify_attempt = now
+                    wait = schedule.wait(now)
+                    if wait <= 0:
                         break
-                    wait = target - now if until is None else min(target, until) - now
-                    woke = waiter.event.wait(max(0.0, wait))
+                    woke = waiter.event.wait(wait if until is None else min(wait, until - now))
                     if c._closing:
                         raise CancelledError(f"lock {self.name!r}: the client was closed")
                     if woke:
                         waiter.event.clear()
-                        notified = True  # a NOTIFY: attempt now, or one interval after the last one it brought
+                        schedule.notified()
         finally:
             if waiter is not None:
                 c._remove_waiter(self.name, waiter)
