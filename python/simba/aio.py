@@ -52,11 +52,18 @@ class _LoopEvent:
         self.ev.clear()
 
     async def wait(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self.ev.wait(), timeout)
+        # Not asyncio.wait_for: before Python 3.12 it swallows a cancellation
+        # that arrives as the event is set, and the cancelled waiter would
+        # wait on (seen with 20 waiters cancelled at once).
+        if self.ev.is_set():
             return True
-        except asyncio.TimeoutError:
-            return False
+        w = asyncio.ensure_future(self.ev.wait())
+        try:
+            done, _ = await asyncio.wait({w}, timeout=timeout)
+        finally:
+            if not w.done():
+                w.cancel()
+        return bool(done)
 
 
 class AsyncClient:
