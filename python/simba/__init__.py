@@ -14,6 +14,7 @@ See :class:`Client`, :class:`Lock`, :class:`Lease`, :func:`fence_check` and
 
 from . import errors
 from .client import Client, Lock
+from .election import Election
 from .errors import (
     CancelledError,
     ConnectionError,
@@ -37,6 +38,7 @@ __version__ = "1.4"
 __all__ = [
     "Client",
     "Lock",
+    "Election",
     "Lease",
     "fence_check",
     "errors",

@@ -26,7 +26,7 @@ import random
 import select
 import socket
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -42,6 +42,9 @@ from .errors import (
     SessionEndedError,
 )
 from .lease import Lease, Tenure, keepalive_delay, margin, monotonic, server_time
+
+if TYPE_CHECKING:
+    from .election import Election
 
 __all__ = ["Client", "Lock", "Callback"]
 
@@ -279,6 +282,15 @@ class Client:
         under the same role."""
         return Lock(self, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
                     on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def election(self, name: str, *, value: Optional[str] = None,
+                 on_lost: Optional[Callback] = None) -> "Election":
+        """Leader election on mutex ``name`` (see :class:`~simba.election.Election`):
+        ``value`` is what :meth:`~simba.election.Election.leader` names while
+        this campaigner leads (its contender id; unique by default)."""
+        from .election import Election  # it imports this module
+
+        return Election(self, name, value=value, on_lost=on_lost)
 
     @property
     def session_id(self) -> Optional[str]:
