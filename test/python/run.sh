@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Python client (python/): its pytest suite against the server in
 # libpq's environment (make test runs it inside its throwaway cluster),
-# importing the source tree's package, then `pip install ./python` offline
-# (Debian's setuptools, no build isolation) into a scratch directory and an
-# import from there. Prints one "python: TEST ... ok" / "... FAILED" line
+# importing the source tree's package (also against the portable edition),
+# then `pip install ./python` offline (Debian's setuptools, no build
+# isolation) into a scratch directory and an import from there. Prints one "python: TEST ... ok" / "... FAILED" line
 # per test (pytest's own report above them); exits non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,6 +13,9 @@ py=${SIMBA_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/simba-python.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
+# test_portable.py installs the portable edition's script as a database owner
+make -s portable >/dev/null
+export SIMBA_PORTABLE_SCRIPT=$PWD/build/portable/simba_portable.sql
 rc=0
 "$py" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=60 python/tests >"$work/pytest.log" 2>&1 || rc=1
 cat "$work/pytest.log"
