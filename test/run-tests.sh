@@ -108,11 +108,13 @@ run_pg_suite portable-move test/portable/move.sh
 run_pg_suite restore test/restore/roundtrip.sh
 run_pg_suite portable-restore test/restore/roundtrip.sh --portable
 # the Python client (python/): its pytest suite against this cluster, and
-# pip install ./python offline (test/python/run.sh)
-run_pg_suite python test/python/run.sh
+# pip install ./python offline (test/python/run.sh); beside the clock suite,
+# which waits on a cluster of its own
+bg_suite python test/python/run.sh
 # the server's wall clock stepped an hour forward and back (an LD_PRELOAD
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh
+bg_suite_done python
 # the regress and isolation suites again, every backend of a second throwaway
 # cluster under valgrind memcheck (make valgrind; here without the upgrade
 # test, about 8 minutes; it leaves the build directory alone)
