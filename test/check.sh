@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make check`: the inner loop. Builds and installs the extension, builds the
-# client's unit tests (fake clocks, no server), and runs them with the
+# client's unit tests (fake clocks, no server), and runs them and the Python
+# client's (python/tests/test_lease.py: the deadline rule) with the
 # pg_regress and isolation suites (test/pg-suites.sh) on a throwaway cluster
 # (test/with-cluster.sh). About 2 minutes once built; `make test` runs
 # everything else too.
@@ -24,5 +25,6 @@ fi
 
 rc=0
 ctest --test-dir build -L unit --output-on-failure -j2 || rc=1
+/usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests/test_lease.py || rc=1
 test/pg-suites.sh || rc=1
 exit $rc
