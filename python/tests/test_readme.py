@@ -1,7 +1,8 @@
-"""The README's first example runs against the test database."""
+"""The README's examples run against the test database."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -26,3 +27,21 @@ def test_readme_first_lock(db: Database) -> None:
     fences = db.admin.execute("SELECT array_agg(fence) FROM report_runs").fetchone()[0]
     assert len(fences) == 1 and fences[0] > 0
     assert db.owner("nightly-report")[0] is None  # released
+
+
+def test_readme_later_blocks_run_with_what_they_take_as_given(db: Database) -> None:
+    """The election and asyncio fragments, given ``conninfo``, ``client``
+    and ``serve`` (the first block defines them in the reader's program)."""
+    text = open(README, encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)[1:]
+    assert len(blocks) >= 2
+    served: list = []
+    client = db.client()
+    for i, code in enumerate(blocks):
+        ns = {"conninfo": db.conninfo(), "client": client,
+              "serve": lambda lease: served.append(lease.fence)}
+        exec(compile(code, f"python/README.md (block {i + 2})", "exec"), ns)
+        if "main" in ns:
+            asyncio.run(ns["main"]())
+    assert len(served) == 1 and served[0] > 0
+    assert db.owner("report-leader")[0] is None and db.owner("orders")[0] is None
