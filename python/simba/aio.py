@@ -30,7 +30,7 @@ import psycopg
 from . import errors
 from .client import ACQUIRE_SQL, RELEASE_SQL, Callback, Client, Lock, _Owner, _WaitSchedule, log
 from .errors import CancelledError, Error, IllegalStateError, LockTimeoutError, SessionEndedError
-from .lease import Lease, monotonic, server_time
+from .lease import Lease, monotonic
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -344,22 +344,7 @@ class AsyncLock(Lock):
                 # committed. Released by id (the I/O thread), never held.
                 self._owe()
                 raise
-            owner = _Owner(row, sent_at)
-            if owner.owner_id != self.contender_id:
-                return owner
-            with c._mu:
-                lease = self._tenure.grant(self.name, self.contender_id, owner.fence,
-                                           server_time(owner.acquired_at), sent_at,
-                                           owner.transition_at, owner.current_at, monotonic())
-                if lease is None or c._closing:
-                    self._owed = True
-                    c._locks.add(self)
-                    c._io_wake.set()
-                    return owner
-                c._held.add(self)
-                self._granted = lease
-            c._wake_events()
-            return True
+            return self._apply_reply(row, sent_at)
         finally:
             self._op.release()
 

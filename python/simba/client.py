@@ -1159,24 +1159,30 @@ class Lock:
                 except SessionEndedError as e:
                     c._forget_session(sid, str(e))
                     raise
-            owner = _Owner(row, sent_at)
-            if owner.owner_id != self.contender_id:
+            return self._apply_reply(row, sent_at)
+
+    def _apply_reply(self, row: Sequence[Any], sent_at: float) -> "bool | _Owner":
+        """An acquire's reply, sent at ``sent_at``: True when it granted a
+        tenure held from now on, else the owner row as it stands."""
+        c = self._client
+        owner = _Owner(row, sent_at)
+        if owner.owner_id != self.contender_id:
+            return owner
+        now = monotonic()
+        with c._mu:
+            lease = self._tenure.grant(self.name, self.contender_id, owner.fence,
+                                       server_time(owner.acquired_at), sent_at,
+                                       owner.transition_at, owner.current_at, now)
+            if lease is None or c._closing:
+                # proved nothing (the reply came after its deadline): give it back
+                self._owed = True
+                c._locks.add(self)
+                c._io_wake.set()
                 return owner
-            now = monotonic()
-            with c._mu:
-                lease = self._tenure.grant(self.name, self.contender_id, owner.fence,
-                                           server_time(owner.acquired_at), sent_at,
-                                           owner.transition_at, owner.current_at, now)
-                if lease is None or c._closing:
-                    # proved nothing (the reply came after its deadline): give it back
-                    self._owed = True
-                    c._locks.add(self)
-                    c._io_wake.set()
-                    return owner
-                c._held.add(self)
-                self._granted = lease
-            c._wake_events()
-            return True
+            c._held.add(self)
+            self._granted = lease
+        c._wake_events()
+        return True
 
     # ------------------------------------------------------------ release
 
