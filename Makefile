@@ -46,9 +46,7 @@ psql:
 deps:
 	@test/install-deps.sh
 portable:
-	mkdir -p build/portable
-	portable/build.sh > build/portable/simba_portable.sql.tmp
-	mv build/portable/simba_portable.sql.tmp build/portable/simba_portable.sql
+	portable/build.sh -o build/portable/simba_portable.sql
 # dpkg-buildpackage in a copy of the tree (it writes the .debs beside the
 # source): the files git tracks or would track, or without git everything
 # but the build trees (debian/rules clean removes the PGXS outputs).

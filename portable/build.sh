@@ -8,7 +8,18 @@
 # a C function has no portable counterpart.
 #
 #   portable/build.sh > build/portable/simba_portable.sql
+#   portable/build.sh -o build/portable/simba_portable.sql
+#
+# -o writes FILE whole or not at all, through a temporary file of its own:
+# make portable and the CMake build may write it at the same time (make
+# test's suites run beside the build).
 set -euo pipefail
+if [[ ${1:-} == -o ]]; then
+  mkdir -p "$(dirname "$2")"
+  tmp=$(mktemp "$2.XXXXXX")
+  if "$0" > "$tmp" && chmod 644 "$tmp" && mv -f "$tmp" "$2"; then exit 0; fi
+  rm -f "$tmp"; exit 1
+fi
 cd "$(dirname "$0")"
 sources=(clock.sql session_internal.sql session.sql mutex.sql history.sql fair.sql rwlock.sql semaphore.sql
          wake.sql gc.sql drop_guard.sql privileges.sql)
