@@ -10,9 +10,11 @@ build=build/tsan
 
 # The client and its tests built with ThreadSanitizer. --build does only this
 # (make test runs it in the background beside ctest): it leaves the installed
-# extension alone, which running tests load.
+# extension alone, which running tests load. Debug info as line tables only
+# (-g1): the reports keep file:line, the compile takes half as long.
 build_client() {
-  cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+  cmake -S client -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+    -DSIMBA_WERROR=ON \
     -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
@@ -36,6 +38,6 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 # need to run the same code under the race detector.
 export SIMBA_OWNERSHIP_RUNS=${SIMBA_OWNERSHIP_RUNS:-1} SIMBA_LOCKER_LOSS_RUNS=${SIMBA_LOCKER_LOSS_RUNS:-50} \
   SIMBA_SCOPED_LOCK_SECONDS=${SIMBA_SCOPED_LOCK_SECONDS:-5}
-# pg.registered reruns tests that run here already, on a server setting that
+# pg.always reruns tests that run here already, on a server setting that
 # changes nothing in the client. Two at once: most wait on leases.
-ctest --test-dir "$build" -R '^(unit|pg\.)' -E 'ThousandServices|^pg\.registered$' --output-on-failure --timeout 300 -j2
+ctest --test-dir "$build" -R '^(unit|pg\.)' -E 'ThousandServices|^pg\.always$' --output-on-failure --timeout 300 -j2
