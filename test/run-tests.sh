@@ -8,18 +8,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+export ci_cxx_flags="-O2 -g1 -DNDEBUG"
 
 if [ "${1:-}" != --suites ]; then
   # and Debian's packaging tools, for the package suite (test/package/smoke.sh)
   test/install-deps.sh dpkg-dev debhelper postgresql-server-dev-all help2man lintian
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  # The build tree configured first, with the tests, examples and benchmarks
+  # (built inside the cluster, beside the first suites), so make's build
+  # below compiles the library and the CLI once, as those will link them.
+  # Debug info as line tables only (-g1): backtraces and sanitizer reports
+  # keep file:line, and the C++ compiles take half as long.
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$ci_cxx_flags" \
+    -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=ON \
+    -DSIMBA_BUILD_BENCH=ON >/dev/null
   make -s -j2 SIMBA_WERROR=yes
   $sudo make -s install >/dev/null
-  # Examples named too: make's build above cached them off (with the tests),
-  # and ops.prometheus needs one. Built inside the cluster, beside the first
-  # suites.
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_REQUIRE_CLI=ON \
-    -DSIMBA_BUILD_TESTS=ON -DSIMBA_BUILD_EXAMPLES=ON -DSIMBA_BUILD_BENCH=ON >/dev/null
   echo "simba: setup and build took $SECONDS s"
   exec test/with-cluster.sh "$0" --suites
 fi
@@ -87,8 +91,7 @@ built() { # name pid
   return 1
 }
 # The client's tests, examples and benchmarks, while the suites that need only
-# the installed extension run (they mostly wait on leases; valgrind, at the
-# higher priority, leaves its runs' idle share).
+# the installed extension run (they mostly wait on leases).
 nice -n 19 cmake --build build -j2 >"$bg_log/client" 2>&1 & client_build=$!
 
 # the release version agrees across the control file, NEWS.md and debian/changelog
@@ -115,12 +118,15 @@ bg_suite python test/python/run.sh
 # shim), live and across restarts: no lease shortened or lengthened (30 s)
 run_pg_suite clock test/clock/step.sh
 bg_suite_done python
-# the regress and isolation suites again, every backend of a second throwaway
-# cluster under valgrind memcheck (make valgrind; here without the upgrade
-# test, about 8 minutes; it leaves the build directory alone)
-run_pg_suite valgrind env SIMBA_VALGRIND_SKIP=upgrade test/valgrind/run.sh
 client=no
 built client "$client_build" && client=yes
+# the regress and isolation suites again, every backend of a second throwaway
+# cluster under valgrind memcheck (make valgrind; here without the upgrade
+# test and without --track-origins, which names where an undefined value came
+# from, not whether there is one: make valgrind has both). Alone: beside a
+# build, even a niced one, it took twice its 5 minutes. It leaves the build
+# directory alone.
+run_pg_suite valgrind env SIMBA_VALGRIND_SKIP=upgrade SIMBA_VALGRIND_ORIGINS=no test/valgrind/run.sh
 # make install into staging directories (never / or /usr/local): what it
 # installs, a C++20 program built with pkg-config and one with
 # find_package(simba-client) against those files, each holding a mutex here,
@@ -141,9 +147,10 @@ run_ctest_suite() { # name command...
 }
 # While ctest runs, niced into the CPU its tests leave idle, the two builds
 # the last suites need: the client under ThreadSanitizer and the Debian
-# packages.
+# packages (their C++ with line tables only too, -g1: the package suite
+# installs them, nothing ships them).
 nice -n 19 test/tsan/run.sh --build >"$bg_log/tsan" 2>&1 & tsan_build=$!
-nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
+DEB_CXXFLAGS_APPEND=-g1 nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
 # C++: client (unit, integration, examples), TCK, SQL fuzzer: three at once
 # (most wait on leases, and each test keeps to its own database, names, roles
 # or cluster; the longest start first: COST).
