@@ -23,6 +23,9 @@
 //   run START_NS END_NS                   (last line: the workload's steady window)
 // After each fault: with --settle-ms, until every mutex has a live owner on
 // the server (at most that long), then --quiet-ms.
+// Every kind of --kinds at least once: past --duration-s the run goes on
+// with the kinds not injected yet, for at most 120 s more, and fails (exit 3)
+// if one still was not.
 // Every child gets PR_SET_PDEATHSIG, so nothing outlives the nemesis.
 #include <fcntl.h>
 #include <poll.h>
@@ -168,31 +171,49 @@ public:
         for (int slot = 0; slot < a_.workers; ++slot) spawn_worker(slot);
         const std::int64_t run_start = chaos::steady_ns();
         const auto end = Clock::now() + seconds(a_.duration_s);
+        // Past the end only for a kind not injected yet, and at most kExtra.
+        const auto last_call = end + kExtra;
         if (!wait_all_owned(seconds(30))) std::cout << "nemesis: warning: not every mutex owned after 30 s" << std::endl;
         std::size_t turn = 0;
-        while (!g_interrupted.load() && Clock::now() < end) {
+        while (!g_interrupted.load()) {
             reap();
-            const std::string kind = a_.kinds[turn++ % a_.kinds.size()];
+            const auto missing = first_missing_kind();
+            const auto stop = missing ? last_call : end;
+            const std::string kind = Clock::now() < end || !missing ? a_.kinds[turn++ % a_.kinds.size()] : *missing;
             // Every fault gets its full quiet period before the end, so the
             // checker can judge the recovery from it.
-            if (Clock::now() + milliseconds(a_.quiet_ms) >= end) {
-                pause_until(end);
+            if (Clock::now() + milliseconds(a_.quiet_ms) >= stop) {
+                pause_until(stop);
                 break;
             }
             inject(kind);
             // --settle-ms: first until every mutex has an owner again (at
             // most that long), so the checker can judge every recovery.
             if (a_.settle_ms > 0) wait_all_owned(milliseconds(a_.settle_ms));
-            pause_until(std::min(end, Clock::now() + milliseconds(a_.quiet_ms)));
+            pause_until(std::min(stop, Clock::now() + milliseconds(a_.quiet_ms)));
         }
         const std::int64_t run_end = chaos::steady_ns();
         stop_workers();
         log_.write("run", run_start, run_end);
         std::cout << "nemesis: done, " << faults_ << " faults injected" << std::endl;
-        return g_interrupted.load() ? 130 : 0;
+        if (g_interrupted.load()) return 130;
+        if (const auto missing = first_missing_kind()) {
+            std::cout << "nemesis: FAILED: " << *missing << " never injected in " << a_.duration_s << " s and "
+                      << kExtra.count() << " s more" << std::endl;
+            return 3;
+        }
+        return 0;
     }
 
 private:
+    static constexpr seconds kExtra{120};
+
+    std::optional<std::string> first_missing_kind() {
+        for (auto& k : a_.kinds)
+            if (injected_[k] == 0) return k;
+        return std::nullopt;
+    }
+
     void spawn_worker(int slot) {
         std::vector<std::string> argv{a_.worker_bin,
                                       "--worker",
@@ -202,7 +223,7 @@ private:
                                       "--conninfo",
                                       a_.conninfo,
                                       "--max-seconds",
-                                      std::to_string(a_.duration_s + 120)};
+                                      std::to_string(a_.duration_s + kExtra.count() + 120)};
         std::string ms;
         for (auto& m : a_.mutexes) ms += (ms.empty() ? "" : ",") + m;
         argv.push_back("--mutexes");
@@ -335,6 +356,7 @@ private:
 
     void record(const std::string& kind, std::int64_t start, std::int64_t heal, const std::string& detail) {
         ++faults_;
+        ++injected_[kind];
         log_.write("fault", kind, start, heal, detail);
         std::cout << "nemesis: " << kind << " (" << detail << "), " << (heal - start) / 1000000 << " ms" << std::endl;
     }
@@ -507,6 +529,7 @@ private:
     int next_worker_ = 0;
     Clock::time_point last_owner_error_{};
     int faults_ = 0;
+    std::map<std::string, int> injected_;  // by kind
 };
 
 }  // namespace
