@@ -125,9 +125,9 @@ class AsyncClient:
             conn = await psycopg.AsyncConnection.connect(c._conninfo, autocommit=True, **c._extra)
             if not c._prepare:
                 conn.prepare_threshold = None
-            await conn.execute(
-                "SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)",
-                (f"{int(c._statement_timeout * 1000)}ms", f"{int(c._lock_timeout * 1000)}ms"))
+            settings = c._settings_statement()
+            if settings is not None:
+                await conn.execute(*settings)
         except psycopg.Error as e:
             err = errors.connect_error(e)
             err.message = f"could not connect to {c._target()}: {' '.join(err.message.split())}"

@@ -172,6 +172,8 @@ class Client:
         shutdown_timeout: float = 2.0,
         listen: bool = True,
         prepare: bool = True,
+        pooled: bool = False,
+        listen_conninfo: Optional[str] = None,
     ) -> None:
         if not session_ttl > 0:
             raise InvalidArgumentError("ttl must be positive", "22023")
@@ -184,6 +186,17 @@ class Client:
         if not notify_min_interval > 0:
             raise InvalidArgumentError("notify_min_interval must be positive", "22023")
         self._conninfo = conninfo
+        if pooled:
+            # A transaction pooler gives each statement any server
+            # connection: no prepared statements, and a LISTEN through it
+            # would hear nothing (and leave simba_wait's registrations on a
+            # pooled server connection).
+            prepare = False
+            if listen and listen_conninfo is None:
+                log.warning("simba: pooled without listen_conninfo: no LISTEN connection, waiters poll")
+                listen = False
+        self._listen_conninfo = conninfo if listen_conninfo is None else listen_conninfo
+        self._pooled = pooled
         self.session_ttl = session_ttl
         self.session_transition = session_transition
         self._ttl_us = _us(session_ttl)
@@ -202,12 +215,15 @@ class Client:
         self._prepare = prepare
         params = _conninfo.conninfo_to_dict(conninfo)
         self.application_name: str = params.get("application_name") or application_name
-        self._extra: Dict[str, Any] = {}
-        for k, v in (("application_name", application_name), ("connect_timeout", self._connect_timeout),
-                     ("keepalives", 1), ("keepalives_idle", 5), ("keepalives_interval", 2),
-                     ("keepalives_count", 3), ("tcp_user_timeout", 10000)):
-            if k not in params:
-                self._extra[k] = v
+        defaults = (("application_name", application_name), ("connect_timeout", self._connect_timeout),
+                    ("keepalives", 1), ("keepalives_idle", 5), ("keepalives_interval", 2),
+                    ("keepalives_count", 3), ("tcp_user_timeout", 10000))
+
+        def extra(dsn: str) -> Dict[str, Any]:  # the defaults a connection string leaves unset
+            given = _conninfo.conninfo_to_dict(dsn)
+            return {k: v for k, v in defaults if k not in given}
+        self._extra = extra(conninfo)
+        self._listen_extra = extra(self._listen_conninfo)
 
         self._mu = threading.RLock()  # client state; a leaf below _io and a lock's _op
         self._io = threading.Lock()  # the statement connection, one statement at a time
@@ -366,25 +382,38 @@ class Client:
                 pass
         self._wake_r = self._wake_w = -1
 
-    def _connect(self, *, connect_timeout: Optional[int] = None) -> "psycopg.Connection[Any]":
-        kw = dict(self._extra)
+    def _connect(self, *, connect_timeout: Optional[int] = None,
+                 listen: bool = False) -> "psycopg.Connection[Any]":
+        """The statement connection, or with ``listen`` the LISTEN one."""
+        conninfo = self._listen_conninfo if listen else self._conninfo
+        kw = dict(self._listen_extra if listen else self._extra)
         if connect_timeout is not None:
             kw["connect_timeout"] = connect_timeout
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True, **kw)
+            conn = psycopg.connect(conninfo, autocommit=True, **kw)
         except psycopg.Error as e:
             err = errors.connect_error(e)
-            err.message = f"could not connect to {self._target()}: {' '.join(err.message.split())}"
+            err.message = f"could not connect to {self._target(conninfo)}: {' '.join(err.message.split())}"
             err.args = (err.message,)
             raise err from e
         if not self._prepare:
             conn.prepare_threshold = None
         return conn
 
-    def _target(self) -> str:
-        """Where the connection string points, for error messages."""
+    def _settings_statement(self) -> Optional[Tuple[str, Tuple[str, str]]]:
+        """The statement connection's timeouts, set once per connection;
+        none through a pooler, whose server sessions others share (the
+        client's watchdog still bounds every statement)."""
+        if self._pooled:
+            return None
+        return ("SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)",
+                (f"{int(self._statement_timeout * 1000)}ms", f"{int(self._lock_timeout * 1000)}ms"))
+
+    def _target(self, conninfo: Optional[str] = None) -> str:
+        """Where a connection string (the statement connection's by default)
+        points, for error messages."""
         try:
-            p = _conninfo.conninfo_to_dict(self._conninfo)
+            p = _conninfo.conninfo_to_dict(self._conninfo if conninfo is None else conninfo)
         except psycopg.Error:
             p = {}
         env = os.environ
@@ -404,10 +433,9 @@ class Client:
             raise ConnectionError("not connected: reconnecting", "08006")
         try:
             conn = self._connect()
-            conn.execute(
-                "SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)",
-                (f"{int(self._statement_timeout * 1000)}ms", f"{int(self._lock_timeout * 1000)}ms"),
-            )
+            settings = self._settings_statement()
+            if settings is not None:
+                conn.execute(*settings)
         except psycopg.Error as e:
             self._schedule_reconnect()
             raise errors.connect_error(e) from e
@@ -758,7 +786,7 @@ class Client:
                     self._wait_pipe(None, next_connect - now)
                     continue
                 try:
-                    conn = self._connect()
+                    conn = self._connect(listen=True)
                     # NOTIFYs read while a statement runs come through the handler
                     conn.add_notify_handler(lambda n: self._wake(n.payload) if n.channel == "simba" else None)
                     self._listen_exec(conn, "LISTEN simba")
