@@ -1,0 +1,189 @@
+"""The conformance suite's harness: workers of any language driven over the
+line protocol of README.md, and an admin connection (libpq's environment, a
+superuser) for the faults and the server's view.
+
+Workers come from the environment, one variable per kind:
+``SIMBA_CONFORMANCE_WORKER_<KIND>="command line"`` (split as a shell would,
+without one). This repository's Python worker is always there as kind
+``python``; ``tck/CMakeLists.txt`` adds ``cpp``. The pair cases run for every
+ordered pair of kinds (each kind as the holder and as the one after it).
+Inside test/with-pgbouncer.sh (``SIMBA_POOLER_DSN``) every worker's
+statements go through the transaction pooler, its LISTEN directly.
+"""
+import itertools
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psycopg
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+ROLE = "simba_conformance"
+TTL_MS, TRANSITION_MS = 2000, 1000
+LEASE_S = (TTL_MS + TRANSITION_MS) / 1000
+REPLY_S = 30  # a reply later than this is a hung worker
+
+
+def worker_kinds() -> Dict[str, List[str]]:
+    kinds = {"python": [sys.executable, str(HERE / "worker.py")]}
+    for k, v in sorted(os.environ.items()):
+        if k.startswith("SIMBA_CONFORMANCE_WORKER_") and v:
+            kinds[k[len("SIMBA_CONFORMANCE_WORKER_"):].lower()] = shlex.split(v)
+    return kinds
+
+
+KINDS = worker_kinds()
+PAIRS = [pytest.param(a, b, id=f"{a}-{b}") for a, b in itertools.product(KINDS, KINDS)]
+
+
+class WorkerError(AssertionError):
+    pass
+
+
+class Worker:
+    """One worker process: commands in, one reply per command out, and
+    ``event`` lines (a lost hold) collected on their own."""
+
+    def __init__(self, kind: str, conninfo: str, listen_conninfo: Optional[str] = None) -> None:
+        self.kind = kind
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
+        args = ["--conninfo", conninfo, "--ttl-ms", str(TTL_MS), "--transition-ms", str(TRANSITION_MS)]
+        if listen_conninfo is not None:
+            args += ["--listen-conninfo", listen_conninfo]
+        self.proc = subprocess.Popen(
+            KINDS[kind] + args,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        self.replies: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.events: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        ready = self._reply("(start)")
+        if not ready.startswith("ready"):
+            raise WorkerError(f"{kind} worker: {ready!r} instead of ready")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            (self.events if line.startswith("event ") else self.replies).put(line)
+        self.replies.put(None)
+
+    def _reply(self, what: str) -> str:
+        try:
+            line = self.replies.get(timeout=REPLY_S)
+        except queue.Empty:
+            raise WorkerError(f"{self.kind} worker: no reply to {what} in {REPLY_S} s") from None
+        if line is None:
+            raise WorkerError(f"{self.kind} worker exited (status {self.proc.wait()}) before replying to {what}")
+        return line
+
+    def call(self, *words: object) -> str:
+        line = " ".join(map(str, words))
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        reply = self._reply(line)
+        if not reply.startswith("ok"):
+            raise WorkerError(f"{self.kind} worker: {line!r} -> {reply!r}")
+        return reply[3:]
+
+    def lock(self, name: str, timeout_s: float) -> Optional[int]:
+        """The fence of the hold taken, or None on timeout."""
+        r = self.call("lock", name, int(timeout_s * 1000)).split()
+        return int(r[1]) if r[0] == "acquired" else None
+
+    def unlock(self, name: str) -> None:
+        self.call("unlock", name)
+
+    def lease(self, name: str) -> Optional[int]:
+        r = self.call("lease", name).split()
+        return int(r[1]) if r[0] == "held" else None
+
+    def wait_event(self, expected: str, timeout_s: float) -> None:
+        try:
+            got = self.events.get(timeout=timeout_s)
+        except queue.Empty:
+            raise WorkerError(f"{self.kind} worker: no {expected!r} within {timeout_s} s") from None
+        assert got == expected, f"{self.kind} worker: {got!r} instead of {expected!r}"
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def quit(self) -> None:
+        assert self.call("quit") == "bye"
+        assert self.proc.wait(timeout=REPLY_S) == 0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Harness:
+    def __init__(self, admin: psycopg.Connection) -> None:
+        self.admin = admin
+        self.workers: List[Worker] = []
+
+    def worker(self, kind: str) -> Worker:
+        app = f"simba-conformance-{uuid.uuid4().hex[:12]}"
+        direct = f"user={ROLE} application_name={app}"
+        pooler = os.environ.get("SIMBA_POOLER_DSN")
+        if pooler:  # statements through the pooler (test/with-pgbouncer.sh), LISTEN direct
+            w = Worker(kind, f"{pooler} {direct}", direct)
+        else:
+            w = Worker(kind, direct)
+        w.application_name = app  # type: ignore[attr-defined]
+        self.workers.append(w)
+        return w
+
+    def sql(self, query: str, *args: object):
+        return self.admin.execute(query, args).fetchone()
+
+    def server_fence(self, name: str) -> Optional[int]:
+        """The fence of the live holder on the server's clock, or None."""
+        row = self.sql("SELECT (o).fence, (o).owner_id FROM (SELECT simba_owner(%s) AS o) s", name)
+        return row[0] if row and row[1] is not None else None
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+@pytest.fixture(scope="session")
+def admin():
+    try:
+        conn = psycopg.connect("", autocommit=True)
+    except psycopg.OperationalError as e:
+        pytest.skip(f"no server in libpq's environment: {e}")
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
+        conn.execute(f"CREATE ROLE {ROLE} LOGIN")
+    conn.execute("SELECT simba_grant(%s::regrole)", (ROLE,))
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def h(admin):
+    harness = Harness(admin)
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def name():
+    return f"conformance-{uuid.uuid4().hex[:12]}"
+
+
+def elapsed_since(t0: float) -> float:
+    return time.monotonic() - t0

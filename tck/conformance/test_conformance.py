@@ -1,0 +1,162 @@
+"""The conformance suite (README.md): what every simba client must do, judged
+from the workers' replies and the server's view, whatever the worker's
+language. Leases are TTL_MS + TRANSITION_MS (3 s)."""
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import KINDS, LEASE_S, PAIRS, elapsed_since
+
+SLACK_S = 2.5  # a loaded 2-core machine: scheduling, a reconnect, a poll
+
+
+def mixes():
+    """Four workers: each kind alone, and all kinds taking turns."""
+    out = [pytest.param([k] * 4, id=f"{k}x4") for k in KINDS]
+    if len(KINDS) > 1:
+        kinds = list(KINDS)
+        out.append(pytest.param([kinds[i % len(kinds)] for i in range(4)], id="mixed"))
+    return out
+
+
+@pytest.mark.parametrize("kinds", mixes())
+def test_one_holder_at_a_time_and_fences_increase(h, name, kinds):
+    workers = [h.worker(k) for k in kinds]
+    rounds = 12
+    mu = threading.Lock()
+    holder = [None]
+    fences = []
+    failures = []
+
+    def run(w):
+        try:
+            for _ in range(rounds):
+                fence = w.lock(name, 20)
+                assert fence is not None, f"{w.kind}: no hold within 20 s"
+                with mu:
+                    if holder[0] is not None:
+                        failures.append(f"{w.kind} acquired fence {fence} while {holder[0]} held")
+                    holder[0] = f"{w.kind} (fence {fence})"
+                    fences.append(fence)
+                time.sleep(random.uniform(0, 0.01))  # act on it
+                with mu:
+                    holder[0] = None  # before the unlock is sent: from here on it does not act
+                w.unlock(name)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(fences) == rounds * len(workers)
+    assert all(a < b for a, b in zip(fences, fences[1:])), f"fences out of order: {fences}"
+    assert h.server_fence(name) is None, "every hold was released, yet the server names a holder"
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_timeout_takes_nothing(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    t0 = time.monotonic()
+    assert wb.lock(name, 0.3) is None, "acquired a lock another worker holds"
+    took = elapsed_since(t0)
+    assert 0.3 <= took < 0.3 + SLACK_S, f"a 300 ms timeout took {took:.3f} s"
+    assert wb.lease(name) is None
+    assert h.server_fence(name) == fa
+    wa.unlock(name)
+    fb = wb.lock(name, 10)
+    assert fb is not None and fb > fa, "the worker that timed out cannot take the lock afterwards"
+    wb.unlock(name)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_clean_quit_frees_the_lock_at_once(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    waiting = {}
+    t = threading.Thread(target=lambda: waiting.update(fence=wb.lock(name, 10), at=time.monotonic()))
+    t.start()
+    t0 = time.monotonic()
+    wa.quit()
+    t.join()
+    assert waiting["fence"] is not None and waiting["fence"] > fa
+    took = waiting["at"] - t0
+    assert took < LEASE_S / 2, f"the lock passed {took:.2f} s after a clean quit: the release was not sent"
+    wb.unlock(name)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_killed_holder_frees_the_lock_within_its_lease(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    wa.signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    fb = wb.lock(name, LEASE_S + SLACK_S)
+    took = elapsed_since(t0)
+    assert fb is not None, f"no hold {LEASE_S + SLACK_S} s after the holder was killed"
+    assert fb > fa
+    assert took < LEASE_S + SLACK_S
+    wb.unlock(name)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_hold_stopped_past_its_lease_is_lost_for_good(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    wa.signal(signal.SIGSTOP)
+    # b gets the lock only once a's lease has ended on the server
+    fb = wb.lock(name, LEASE_S + SLACK_S)
+    assert fb is not None and fb > fa
+    wa.signal(signal.SIGCONT)
+    wa.wait_event(f"event lost {name}", SLACK_S)
+    assert wa.lease(name) is None, "the stopped holder still reports its hold after b took the lock"
+    wa.unlock(name)  # ends the lost hold: must not touch b's
+    assert wb.lease(name) == fb
+    assert h.server_fence(name) == fb, "the lost holder's unlock released the new holder's lock"
+    assert wa.lease(name) is None, "loss is final: nothing is taken back without a new lock"
+    wb.unlock(name)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_an_operators_forced_release_is_loss(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    assert h.sql("SELECT simba_force_release(%s)", name)[0] is True
+    wa.wait_event(f"event lost {name}", LEASE_S + SLACK_S)
+    assert wa.lease(name) is None
+    fb = wb.lock(name, 10)
+    assert fb is not None and fb > fa
+    wa.unlock(name)
+    assert h.server_fence(name) == fb
+    wb.unlock(name)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_terminated_connections_never_make_two_holders(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    killed = h.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                   wa.application_name)[0]
+    assert killed >= 1
+    # The hold lives by its lease, not by a connection: nobody else gets it
+    assert wb.lock(name, 0.5) is None
+    # and the holder keeps it past the lease it had (its renewals reconnect).
+    time.sleep(LEASE_S + 0.5)
+    assert wa.lease(name) == fa, "the holder lost its lock to a dropped connection it could replace"
+    assert h.server_fence(name) == fa
+    assert wb.lock(name, 0.3) is None
+    wa.unlock(name)
+    assert wb.lock(name, 10) is not None
+    wb.unlock(name)

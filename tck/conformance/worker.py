@@ -1,0 +1,76 @@
+"""The Python client's worker for the conformance suite: the line protocol of
+tck/conformance/README.md on stdin/stdout, over one ``simba.Client`` (one
+session) and a ``simba.Lock`` per lock name.
+
+    python3 tck/conformance/worker.py --conninfo CONNINFO [--listen-conninfo CONNINFO]
+                                      [--ttl-ms N] [--transition-ms N]
+"""
+import argparse
+import sys
+import threading
+
+import simba
+
+_out = threading.Lock()  # replies (main thread) and events (the client's events thread)
+
+
+def say(line: str) -> None:
+    with _out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def one_line(s: str) -> str:
+    return s.replace("\n", " ").replace("\r", " ")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--conninfo", default="")
+    p.add_argument("--listen-conninfo")
+    p.add_argument("--ttl-ms", type=int, default=2000)
+    p.add_argument("--transition-ms", type=int, default=1000)
+    a = p.parse_args()
+    # --listen-conninfo: the statements go through a transaction pooler, LISTEN there
+    pooled = {"pooled": True, "listen_conninfo": a.listen_conninfo} if a.listen_conninfo else {}
+    client = simba.Client(a.conninfo, session_ttl=a.ttl_ms / 1000, session_transition=a.transition_ms / 1000,
+                          reconnect_initial=0.05, reconnect_max=0.5, **pooled)
+    locks = {}
+
+    def lock_of(name: str) -> simba.Lock:
+        if name not in locks:
+            locks[name] = client.lock(name, on_lost=lambda lease, name=name: say(f"event lost {name}"))
+        return locks[name]
+
+    say("ready python")
+    for line in sys.stdin:
+        words = line.split()
+        cmd, name = (words + ["", ""])[:2]
+        try:
+            if cmd == "lock":
+                lk = lock_of(name)
+                if lk.acquire(timeout=int(words[2]) / 1000):
+                    say(f"ok acquired {lk.fence}")
+                else:
+                    say("ok timeout")
+            elif cmd == "unlock":
+                lock_of(name).release()
+                say("ok released")
+            elif cmd == "lease":
+                lease = lock_of(name).lease
+                say(f"ok held {lease.fence}" if lease else "ok none")
+            elif cmd == "quit":
+                client.close()  # releases what it holds, closes the session
+                say("ok bye")
+                return 0
+            else:
+                say(f"err 22023 unknown command {one_line(cmd)}")
+        except simba.Error as e:
+            say(f"err {e.sqlstate or 'XX000'} {one_line(str(e))}")
+        except Exception as e:  # noqa: BLE001 - every failure is a reply
+            say(f"err XX000 {one_line(repr(e))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+// The C++ client's worker for the conformance suite: the line protocol of
+// tck/conformance/README.md on stdin/stdout, over one factory (sessions on)
+// and a simba::Locker per lock name.
+//
+//   simba_tck_conformance_worker --conninfo CONNINFO [--listen-conninfo CONNINFO]
+//                                [--ttl-ms N] [--transition-ms N]
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "simba/simba.hpp"
+
+namespace {
+
+std::mutex g_out;  // replies (main thread) and events (the factory's handle thread)
+
+void say(const std::string& line) {
+    std::lock_guard<std::mutex> lock(g_out);
+    std::cout << line << '\n' << std::flush;
+}
+
+std::string one_line(std::string s) {
+    for (auto& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string conninfo, listen_conninfo;
+    long ttl_ms = 2000, transition_ms = 1000;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--conninfo") conninfo = v;
+        else if (k == "--listen-conninfo") listen_conninfo = v;
+        else if (k == "--ttl-ms") ttl_ms = std::stol(v);
+        else if (k == "--transition-ms") transition_ms = std::stol(v);
+        else {
+            std::cerr << "conformance worker: unknown argument " << k << '\n';
+            return 2;
+        }
+    }
+    simba::pg::FactoryOptions fo;
+    fo.reconnect_initial = std::chrono::milliseconds(50);
+    fo.reconnect_max = std::chrono::milliseconds(500);
+    if (!listen_conninfo.empty()) {  // statements through a transaction pooler, LISTEN direct
+        fo.pooled = true;
+        fo.listen_conninfo = listen_conninfo;
+    }
+    simba::pg::ContendServiceFactory factory(conninfo, fo);
+    simba::ContendOptions lease;
+    lease.ttl = std::chrono::milliseconds(ttl_ms);
+    lease.transition = std::chrono::milliseconds(transition_ms);
+    std::map<std::string, std::unique_ptr<simba::Locker>> locks;
+    auto locker = [&](const std::string& name) -> simba::Locker& {
+        auto& l = locks[name];
+        if (!l) {
+            l = std::make_unique<simba::Locker>(factory, name, simba::ContenderId::host(), lease);
+            simba::Locker* raw = l.get();
+            raw->on_lost([name, raw] { say("event lost " + name); });
+        }
+        return *l;
+    };
+    say("ready c++");
+
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        std::istringstream in(line);
+        std::string cmd, name;
+        in >> cmd >> name;
+        try {
+            if (cmd == "lock") {
+                long timeout_ms = 0;
+                in >> timeout_ms;
+                auto& l = locker(name);
+                if (l.try_lock_for(std::chrono::milliseconds(timeout_ms))) say("ok acquired " + std::to_string(l.fence()));
+                else say("ok timeout");
+            } else if (cmd == "unlock") {
+                locker(name).unlock();
+                say("ok released");
+            } else if (cmd == "lease") {
+                const auto held = locker(name).lease();
+                say(held ? "ok held " + std::to_string(held->fence) : "ok none");
+            } else if (cmd == "quit") {
+                locks.clear();  // each Locker releases what it holds
+                say("ok bye");
+                return 0;
+            } else {
+                say("err 22023 unknown command " + one_line(cmd));
+            }
+        } catch (const simba::Error& e) {
+            say("err " + (e.sqlstate().empty() ? std::string("XX000") : e.sqlstate()) + " " + one_line(e.what()));
+        } catch (const std::exception& e) {
+            say("err XX000 " + one_line(e.what()));
+        }
+    }
+    return 0;
+}
