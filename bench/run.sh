@@ -62,9 +62,9 @@ fi
 psql -XqAt -c "CREATE EXTENSION IF NOT EXISTS simba" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 
 if [ "$quick" = 1 ]; then
-  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --per-lock 10000 --warmup 12 --window 10); b5=(--batches 3); b6=(--cycles 100000)
+  b1=(--seconds 1 --rounds 1); b2=(--handoffs 200 --pairs 50); b3=(--trials 20); b4=(--services 1000,10000 --per-lock 10000 --warmup 12 --window 10); b5=(--batches 3); b6=(--cycles 100000); b9=(--batches 3 --locks 2000)
 else
-  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --per-lock 10000 --warmup 15 --window 20); b5=(--batches 6); b6=(--cycles 1000000)
+  b1=(--seconds 1.2 --rounds 3); b2=(--handoffs 1000 --pairs 100); b3=(--trials 50); b4=(--services 1000,10000 --per-lock 10000 --warmup 15 --window 20); b5=(--batches 6); b6=(--cycles 1000000); b9=(--batches 6 --locks 10000)
 fi
 
 rc=0
@@ -93,12 +93,18 @@ if on 4; then "$bin/bench_scale" "${b4[@]}" --ttl 10 --transition 6 --json "$out
 if on 5; then "$bin/bench_overhead" "${b5[@]}" --json "$out/overhead.json" 2>&1 | log || rc=1; fi
 if on 6; then "$bin/bench_memory" "${b6[@]}" --json "$out/memory.json" 2>&1 | log || rc=1; fi
 if on 8; then "$bin/bench_primitives" "${b1[@]}" --json "$out/primitives.json" 2>&1 | log || rc=1; fi
+# The Python client beside the C++ Locker (bench/python_cost.py), with the
+# system's interpreter (python3-psycopg)
+if on 9; then
+  /usr/bin/python3 bench/python_cost.py --overhead-bin "$bin/bench_overhead" "${b9[@]}" --json "$out/python.json" 2>&1 |
+    log || rc=1
+fi
 
 # One JSON document with every benchmark that ran.
 {
   echo "{\"date\": \"$(date -u +%FT%TZ)\", \"cores\": $(nproc),"
   sep=""
-  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead memory primitives; do
+  for name in throughput throughput-rtt handoff failover-1s failover-default scale overhead memory primitives python; do
     [ -s "$out/$name.json" ] || continue
     printf '%s"%s": ' "$sep" "$name"; cat "$out/$name.json"; sep=", "
   done
