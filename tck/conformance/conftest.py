@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import psycopg
 import pytest
@@ -146,6 +146,13 @@ class Harness:
         w.application_name = app  # type: ignore[attr-defined]
         self.workers.append(w)
         return w
+
+    def held(self, a: str, b: str, name: str) -> Tuple[Worker, Worker, int]:
+        """Workers of kinds a and b, a holding lock `name`: (a, b, a's fence)."""
+        wa, wb = self.worker(a), self.worker(b)
+        fa = wa.lock(name, 10)
+        assert fa is not None, f"{a} worker: no hold on a free lock within 10 s"
+        return wa, wb, fa
 
     def sql(self, query: str, *args: object):
         return self.admin.execute(query, args).fetchone()

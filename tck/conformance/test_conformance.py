@@ -61,9 +61,7 @@ def test_one_holder_at_a_time_and_fences_increase(h, name, kinds):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_a_timeout_takes_nothing(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     t0 = time.monotonic()
     assert wb.lock(name, 0.3) is None, "acquired a lock another worker holds"
     took = elapsed_since(t0)
@@ -78,9 +76,7 @@ def test_a_timeout_takes_nothing(h, name, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_a_clean_quit_frees_the_lock_at_once(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     waiting = {}
     t = threading.Thread(target=lambda: waiting.update(fence=wb.lock(name, 10), at=time.monotonic()))
     t.start()
@@ -95,9 +91,7 @@ def test_a_clean_quit_frees_the_lock_at_once(h, name, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_a_killed_holder_frees_the_lock_within_its_lease(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     wa.signal(signal.SIGKILL)
     t0 = time.monotonic()
     fb = wb.lock(name, LEASE_S + SLACK_S)
@@ -110,9 +104,7 @@ def test_a_killed_holder_frees_the_lock_within_its_lease(h, name, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_a_hold_stopped_past_its_lease_is_lost_for_good(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     wa.signal(signal.SIGSTOP)
     # b gets the lock only once a's lease has ended on the server
     fb = wb.lock(name, LEASE_S + SLACK_S)
@@ -129,9 +121,7 @@ def test_a_hold_stopped_past_its_lease_is_lost_for_good(h, name, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_an_operators_forced_release_is_loss(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     assert h.sql("SELECT simba_force_release(%s)", name)[0] is True
     wa.wait_event(f"event lost {name}", LEASE_S + SLACK_S)
     assert wa.lease(name) is None
@@ -144,9 +134,7 @@ def test_an_operators_forced_release_is_loss(h, name, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_terminated_connections_never_make_two_holders(h, name, a, b):
-    wa, wb = h.worker(a), h.worker(b)
-    fa = wa.lock(name, 10)
-    assert fa is not None
+    wa, wb, fa = h.held(a, b, name)
     killed = h.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
                    wa.application_name)[0]
     assert killed >= 1
