@@ -18,6 +18,7 @@ A lock's first attempt runs on the calling thread: one round trip.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import os
@@ -26,7 +27,7 @@ import random
 import select
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -137,6 +138,64 @@ class _Waiter:
         self.event = event if event is not None else threading.Event()
 
 
+class _Held:
+    """The locks held now and the earliest of their deadlines, without a
+    scan: a heap of (deadline, entry, lock) beside each lock's live entry.
+    As entries reach the top, those of released locks are dropped and those
+    of renewed ones (a deadline only lengthens) go back at the new deadline:
+    taking or releasing a lock costs O(log n), a keepalive renewing n locks
+    O(n log n) once."""
+
+    def __init__(self) -> None:
+        self._entry: Dict[Lock, int] = {}
+        self._heap: List[Tuple[float, int, Lock]] = []
+        self._next = itertools.count()
+
+    def __iter__(self) -> Iterator[Lock]:
+        return iter(list(self._entry))  # a copy: callers end tenures as they go
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def add(self, lk: Lock) -> None:
+        """``lk`` was granted (its tenure holds a lease)."""
+        assert lk._tenure.lease is not None
+        n = next(self._next)
+        self._entry[lk] = n
+        heapq.heappush(self._heap, (lk._tenure.lease.deadline, n, lk))
+
+    def discard(self, lk: Lock) -> None:
+        self._entry.pop(lk, None)
+
+    def clear(self) -> None:
+        self._entry.clear()
+        self._heap.clear()
+
+    def earliest(self) -> Optional[float]:
+        """The earliest deadline of a held lock, None if none is held."""
+        h = self._heap
+        while h:
+            d, n, lk = h[0]
+            lease = lk._tenure.lease
+            if self._entry.get(lk) != n:
+                heapq.heappop(h)
+            elif lease is not None and lease.deadline > d:
+                heapq.heapreplace(h, (lease.deadline, n, lk))
+            else:
+                return d
+        return None
+
+    def due(self, now: float) -> List[Lock]:
+        """The held locks whose deadline is ``now`` or earlier; the caller
+        ends their tenures."""
+        out = []
+        while (d := self.earliest()) is not None and d <= now:
+            lk = heapq.heappop(self._heap)[2]
+            del self._entry[lk]
+            out.append(lk)
+        return out
+
+
 class Client:
     """One per process: a session, its keepalive, the LISTEN connection.
 
@@ -233,7 +292,7 @@ class Client:
         self._next_connect_at = 0.0
         self._session: Optional[_Session] = None
         self._keepalive_at = float("inf")
-        self._held: Set[Lock] = set()
+        self._held = _Held()
         self._locks: "set[Lock]" = set()  # locks with an owed release or a check pending
         self._waiters: Dict[str, List[_Waiter]] = {}
         self._closing = False
@@ -336,7 +395,7 @@ class Client:
             if self._closing:
                 return
             self._closing = True
-            for lk in list(self._held):
+            for lk in self._held:
                 lk._tenure.end()
             self._held.clear()
             for ws in self._waiters.values():
@@ -493,9 +552,9 @@ class Client:
             # the watchdog: statement_timeout and a half, or the earliest
             # deadline a reply could still prove, but at least 100 ms
             cut = sent_at + self._statement_timeout * 1.5
-            for lk in self._held:
-                if lk._tenure.lease is not None:
-                    cut = min(cut, lk._tenure.lease.deadline)
+            held = self._held.earliest()
+            if held is not None:
+                cut = min(cut, held)
             self._inflight = (max(cut, sent_at + 0.1), conn.fileno())
             wake = self._inflight[0] < self._events_next  # the events thread would wake too late
         if wake:
@@ -548,7 +607,7 @@ class Client:
             self._session = None
             self._keepalive_at = float("inf")
             log.warning("simba: session %s ended: %s", session_id, why)
-            for lk in list(self._held):
+            for lk in self._held:
                 lk._lost_locked(lk._tenure.end(), owed=False)
 
     def _keepalive(self) -> None:
@@ -576,7 +635,7 @@ class Client:
             revoked = new.revoked > self._session.revoked
             self._session = new
             self._schedule_keepalive(new)
-            for lk in list(self._held):
+            for lk in self._held:
                 ended = lk._tenure.expire(now)  # never bridge a gap with a late reply
                 if ended is not None:
                     lk._lost_locked(ended, owed=True)
@@ -594,7 +653,7 @@ class Client:
     def _suspend_all(self) -> None:
         with self._mu:
             now = monotonic()
-            for lk in list(self._held):
+            for lk in self._held:
                 ended = lk._tenure.expire(now)
                 if ended is not None:
                     lk._lost_locked(ended, owed=True)
@@ -669,8 +728,8 @@ class Client:
     def _events_loop(self) -> None:
         while True:
             with self._mu:
-                deadlines = [lk._tenure.lease.deadline for lk in self._held if lk._tenure.lease is not None]
-            with self._mu:
+                held = self._held.earliest()
+                deadlines = [] if held is None else [held]
                 for slot in (self._inflight, self._listen_inflight):
                     if slot is not None:
                         deadlines.append(slot[0])
@@ -699,10 +758,8 @@ class Client:
                     self._listen_cut = True  # a missed deadline drops the LISTEN connection alone
                     self._cut(self._listen_inflight[1])
                     self._listen_inflight = None
-                for lk in list(self._held):
-                    ended = lk._tenure.expire(now)
-                    if ended is not None:
-                        lk._lost_locked(ended, owed=True)
+                for lk in self._held.due(now):
+                    lk._lost_locked(lk._tenure.end(), owed=True)
 
     def _cut(self, fd: int) -> None:
         """Shuts down the socket of a statement past its watchdog deadline (a

@@ -79,3 +79,36 @@ def test_keepalive_is_due_at_ttl_or_with_a_quarter_of_the_lease_left() -> None:
     # counted from the send time, never negative
     assert keepalive_delay(5.0, 10 * S, 16 * S, 0, now=7.0) == pytest.approx(8.0)
     assert keepalive_delay(0.0, 10 * S, 16 * S, 0, now=20.0) == 0.0
+
+
+class _Holder:
+    """What the client's held set reads of a lock: its tenure."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self._tenure = Tenure(0.0)
+        self._tenure.grant("m", "id", 1, T0, sent_at=0.0, transition_at_us=int(deadline_s * S), current_at_us=0,
+                           now=0.0)
+
+
+def test_held_set_finds_the_earliest_deadline_through_releases_and_renewals() -> None:
+    from simba.client import _Held
+
+    held = _Held()
+    assert held.earliest() is None and held.due(1e9) == []
+    a, b, c = _Holder(10.0), _Holder(5.0), _Holder(20.0)
+    for lk in (a, b, c):
+        held.add(lk)  # type: ignore[arg-type]
+    assert held.earliest() == pytest.approx(5.0) and len(held) == 3
+    held.discard(b)  # type: ignore[arg-type]
+    assert held.earliest() == pytest.approx(10.0)
+    # a renewal lengthens a's deadline in place: the set sees it unasked
+    a._tenure.renew(sent_at=0.0, transition_at_us=30 * S, current_at_us=0, now=1.0)
+    assert held.earliest() == pytest.approx(20.0)
+    # b taken again: its new entry counts, the old one is gone
+    b._tenure.end()
+    b._tenure.grant("m", "id", 2, T0, sent_at=0.0, transition_at_us=25 * S, current_at_us=0, now=1.0)
+    held.add(b)  # type: ignore[arg-type]
+    assert held.due(19.9) == []
+    assert held.due(26.0) == [c, b] and list(held) == [a] and held.earliest() == pytest.approx(30.0)
+    held.clear()
+    assert held.earliest() is None and len(held) == 0
