@@ -15,7 +15,7 @@
  * transaction holds locked counts only while it is live.
  *
  * No thundering herd: simba_fair_release wakes only the head of the queue,
- * with a NOTIFY on a channel of its own (wake_channel, derived from the
+ * with a NOTIFY on a channel of its own (simba_fair_channel, wake.c: from the
  * mutex, the contender id and its role), not the shared channel simba. A
  * waiter keeps its entry by asking again within its lease (ttl +
  * transition of its last call); an entry that lapses (its waiter stopped,
@@ -32,23 +32,18 @@
  * simba_acquire's does; the caller's queue entry keeps its own lease, since
  * only the waiter's own calls show it still waits. A session's close and a
  * forced release end a tenure without a fair call: they wake the head too
- * (simba_fair_wake).
+ * (simba_fair_wake, wake.c).
  */
 #include "simba.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
-#include "common/md5.h"
 #include "funcapi.h"
 #include "storage/itemptr.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(simba_fair_acquire_1_4);
 PG_FUNCTION_INFO_V1(simba_fair_release_1_4);
-
-/* Lease end of queue entry q as the clock of `origin` counts it. */
-#define ENTRY_END(origin) SIMBA_LEASE_END("q.transition_at", "q.renewed_at", "q.clock_origin", origin)
 
 /* $1 mutex, $2 t, $3 origin, the caller as $4 contender, $5 role, $6 roleid, $7 sysid */
 static SimbaPlan row_lock = {
@@ -66,7 +61,7 @@ static SimbaPlan row_insert = {
 /* $2 t, $3 origin; an entry another transaction holds locked is left to it (its waiter renewing it). */
 static SimbaPlan drop_lapsed = {
 	"DELETE FROM simba_mutex_queue AS d WHERE d.ctid = ANY (ARRAY("
-	" SELECT q.ctid FROM simba_mutex_queue AS q WHERE q.mutex = $1 AND " ENTRY_END("$3") " <= $2"
+	" SELECT q.ctid FROM simba_mutex_queue AS q WHERE q.mutex = $1 AND " SIMBA_QUEUE_ENTRY_END("$3") " <= $2"
 	" FOR UPDATE SKIP LOCKED)) AND d.mutex = $1",
 	3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
@@ -79,7 +74,7 @@ static SimbaPlan drop_lapsed = {
 static SimbaPlan queue_select = {
 	"SELECT * FROM (SELECT q.ctid, q.owner_id = $2 AND "
 	SIMBA_SAME_ROLE("q.owner_role", "q.owner_roleid", "q.owner_sysid", "$3", "$4", "$5") " AS mine,"
-	"       q.owner_id, q.owner_role, q.enqueued_at, " ENTRY_END("$7") " > $6 AS live"
+	"       q.owner_id, q.owner_role, q.enqueued_at, " SIMBA_QUEUE_ENTRY_END("$7") " > $6 AS live"
 	"  FROM simba_mutex_queue AS q WHERE q.mutex = $1) AS q"
 	" WHERE q.mine OR q.live ORDER BY q.enqueued_at, q.owner_id",
 	7, {TEXTOID, TEXTOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -106,40 +101,11 @@ static SimbaPlan entry_delete = {
 	2, {TEXTOID, TIDOID}
 };
 
-/* The head of each of the mutexes' queues ($1 text[]): its first live entry at $2 t ($3 origin). */
-static SimbaPlan heads_select = {
-	"SELECT r.mutex, h.owner_id, h.owner_role FROM pg_catalog.unnest($1) AS r(mutex),"
-	" LATERAL (SELECT q.owner_id, q.owner_role FROM simba_mutex_queue AS q"
-	"           WHERE q.mutex = r.mutex AND " ENTRY_END("$3") " > $2"
-	"           ORDER BY q.enqueued_at, q.owner_id LIMIT 1) AS h",
-	3, {TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-};
-
 /* The owner as it stands ($2 t, $3 origin), a simba_owner: for a caller who queues. */
 static SimbaPlan owner_read = {
 	"SELECT o.* FROM simba_owner($1) AS o",
 	1, {TEXTOID}
 };
-
-/*
- * The channel a waiter is woken on: "simba_fair_" and 16 hex digits of the
- * MD5 of its mutex, contender id and role name (not secret: anyone may
- * LISTEN or NOTIFY on any channel; a wake-up only brings an attempt forward).
- */
-static char *
-wake_channel(const char *mutex, const char *contender, const char *role)
-{
-	StringInfoData key;
-	char		hex[33];
-	const char *errstr = NULL;
-
-	initStringInfo(&key);
-	appendStringInfo(&key, "%s%c%s%c%s", mutex, '\1', contender, '\1', role);
-	if (!pg_md5_hash(key.data, key.len, hex, &errstr))
-		elog(ERROR, "simba: could not hash a wake channel: %s", errstr ? errstr : "out of memory");
-	hex[16] = '\0';
-	return psprintf("simba_fair_%s", hex);
-}
 
 /* The caller's place: its entry (if any) and how many entries are ahead of it (all, if none). */
 typedef struct Place
@@ -272,37 +238,14 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	memcpy(isnull, f.owner.nulls, sizeof(f.owner.nulls));
 	values[SIMBA_OWNER_NATTS] = Int32GetDatum(position);
 	isnull[SIMBA_OWNER_NATTS] = position == 0;
-	values[SIMBA_OWNER_NATTS + 1] = CStringGetTextDatum(wake_channel(TextDatumGetCString(args[0]),
-																	 TextDatumGetCString(args[1]),
-																	 NameStr(*DatumGetName(caller.role))));
+	values[SIMBA_OWNER_NATTS + 1] = CStringGetTextDatum(simba_fair_channel(TextDatumGetCString(args[0]),
+																		   TextDatumGetCString(args[1]),
+																		   NameStr(*DatumGetName(caller.role))));
 	isnull[SIMBA_OWNER_NATTS + 1] = false;
 	result = heap_form_tuple(tupdesc, values, isnull);
 	MemoryContextSwitchTo(old);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
-}
-
-void
-simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t)
-{
-	TimestampTz origin = simba_clock_origin(fcinfo);
-	uint64		i;
-
-	if (n == 0)
-		return;
-	simba_execute(fcinfo, &heads_select,
-				  (Datum[]) {PointerGetDatum(construct_array(mutexes, n, TEXTOID, -1, false, TYPALIGN_INT)),
-		TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
-				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
-	/* Delivered at commit, as every NOTIFY; Async_Notify copies its strings. */
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *mutex = SPI_getvalue(row, desc, 1);
-
-		Async_Notify(wake_channel(mutex, SPI_getvalue(row, desc, 2), SPI_getvalue(row, desc, 3)), mutex);
-	}
 }
 
 Datum
@@ -329,7 +272,8 @@ simba_fair_release_1_4(PG_FUNCTION_ARGS)
 		simba_execute(fcinfo, &entry_delete, (Datum[]) {PointerGetDatum(mutex), PointerGetDatum(&place.tid)}, NULL, 0);
 	/* Whose turn it is now is woken, and nobody else. */
 	if (place.next_id != NULL && (released || (place.queued && place.ahead == 0)))
-		wake = MemoryContextStrdup(callctx, wake_channel(text_to_cstring(mutex), place.next_id, place.next_role));
+		wake = MemoryContextStrdup(callctx,
+								   simba_fair_channel(text_to_cstring(mutex), place.next_id, place.next_role));
 	SPI_finish();
 	if (wake != NULL)
 		Async_Notify(wake, text_to_cstring(mutex));

@@ -331,6 +331,16 @@ extern int	simba_notify;
 /* NOTIFY simba, name at commit, unless simba.notify lets it skip (wake.c). */
 extern void simba_wake(const char *name);
 /*
+ * The fair lock's wake-ups (wake.c): the channel a fair waiter is woken on,
+ * and, inside SPI, a NOTIFY to the head of each of these mutexes' queues
+ * (its first live entry) on its channel, as simba_fair_release sends; for
+ * releases that are not fair calls (a session's close, a forced release).
+ */
+extern char *simba_fair_channel(const char *mutex, const char *contender, const char *role);
+extern void simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t);
+/* Lease end of simba_mutex_queue entry q as the clock of `origin` counts it. */
+#define SIMBA_QUEUE_ENTRY_END(origin) SIMBA_LEASE_END("q.transition_at", "q.renewed_at", "q.clock_origin", origin)
+/*
  * While simba.history is on: log the change of simba_mutex row old to row
  * (old NULL: an insert) when it is a change of hands or a release (forced:
  * an admin's), as the history trigger does for simba's statements. For
@@ -373,12 +383,6 @@ extern bool simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const S
 extern bool simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller,
 								TimestampTz t);
 
-/*
- * fair.c, inside SPI: NOTIFY the head of each of these mutexes' fair queues
- * (a live entry) on its wake channel, as simba_fair_release would; for the
- * releases that are not fair calls (a session's close, a forced release).
- */
-extern void simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t);
 
 /* t + usec, raising 22008 when the result leaves the timestamp range. */
 extern TimestampTz simba_add_usec(TimestampTz t, int64 usec);

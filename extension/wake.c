@@ -1,6 +1,7 @@
 /*
- * wake.c — the release's NOTIFY simba, and the registration that lets a
- * release skip it while nobody waits (simba.notify = registered).
+ * wake.c — what a release sends: NOTIFY simba, and the registration that
+ * lets a release skip it while nobody waits (simba.notify = registered);
+ * for a fair mutex, a NOTIFY to the head of its queue alone.
  *
  * A NOTIFY serialises every committing transaction that sent one, cluster
  * wide (PreCommit_Notify takes one lock for the whole queue), so a release
@@ -24,6 +25,7 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "common/hashfn.h"
+#include "common/md5.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/array.h"
@@ -129,4 +131,56 @@ simba_wait(PG_FUNCTION_ARGS)
 	if (refused == NULL)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(TEXTOID));
 	PG_RETURN_DATUM(makeArrayResult(refused, CurrentMemoryContext));
+}
+
+/* The head of each of the mutexes' queues ($1 text[]): its first live entry at $2 t ($3 origin). */
+static SimbaPlan heads_select = {
+	"SELECT r.mutex, h.owner_id, h.owner_role FROM pg_catalog.unnest($1) AS r(mutex),"
+	" LATERAL (SELECT q.owner_id, q.owner_role FROM simba_mutex_queue AS q"
+	"           WHERE q.mutex = r.mutex AND " SIMBA_QUEUE_ENTRY_END("$3") " > $2"
+	"           ORDER BY q.enqueued_at, q.owner_id LIMIT 1) AS h",
+	3, {TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * "simba_fair_" and 16 hex digits of the MD5 of the mutex, contender id and
+ * role name: a channel per waiter (not secret: anyone may LISTEN or NOTIFY
+ * on any channel; a wake-up only brings an attempt forward).
+ */
+char *
+simba_fair_channel(const char *mutex, const char *contender, const char *role)
+{
+	StringInfoData key;
+	char		hex[33];
+	const char *errstr = NULL;
+
+	initStringInfo(&key);
+	appendStringInfo(&key, "%s%c%s%c%s", mutex, '\1', contender, '\1', role);
+	if (!pg_md5_hash(key.data, key.len, hex, &errstr))
+		elog(ERROR, "simba: could not hash a wake channel: %s", errstr ? errstr : "out of memory");
+	hex[16] = '\0';
+	return psprintf("simba_fair_%s", hex);
+}
+
+void
+simba_fair_wake(FunctionCallInfo fcinfo, Datum *mutexes, int n, TimestampTz t)
+{
+	TimestampTz origin = simba_clock_origin(fcinfo);
+	uint64		i;
+
+	if (n == 0)
+		return;
+	simba_execute(fcinfo, &heads_select,
+				  (Datum[]) {PointerGetDatum(construct_array(mutexes, n, TEXTOID, -1, false, TYPALIGN_INT)),
+		TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 0);
+	/* Delivered at commit, as every NOTIFY; Async_Notify copies its strings. */
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *mutex = SPI_getvalue(row, desc, 1);
+
+		Async_Notify(simba_fair_channel(mutex, SPI_getvalue(row, desc, 2), SPI_getvalue(row, desc, 3)), mutex);
+	}
 }
