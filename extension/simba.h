@@ -64,6 +64,8 @@ extern uint64 simba_execute(FunctionCallInfo fcinfo, SimbaPlan *plan,
  */
 extern void simba_as_owner(FunctionCallInfo fcinfo, void (*body) (void *arg), void *arg);
 
+/* The schema and owner of the calling SQL function (its install). */
+extern void simba_calling_function(FunctionCallInfo fcinfo, Oid *schema, Oid *owner);
 /* The OID of simba_mutex in the install of the calling SQL function. */
 extern Oid	simba_mutex_table(FunctionCallInfo fcinfo);
 extern Oid	simba_session_table(FunctionCallInfo fcinfo);
@@ -304,7 +306,7 @@ extern int64 simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *wha
 /* Raises 22023 when a lease of ttl + transition is longer than simba.max_lease. */
 extern void simba_check_lease(int64 ttl, int64 transition);
 
-/* The settings (simba.c): simba.history logs changes of hands (history.c). */
+/* The settings (module.c): simba.history logs changes of hands (history.c). */
 extern bool simba_history;
 extern int	simba_max_lease;
 extern bool simba_drop_live_leases;

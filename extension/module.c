@@ -1,0 +1,222 @@
+/*
+ * module.c — the library's entry: simba's settings, the guard against a
+ * connection that overrode one of them, the transaction callback, and
+ * simba_enter, the entry check every SQL function that takes, keeps or
+ * checks a lease or permit makes first (docs/design.md, "Extension").
+ */
+#include "simba.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/guc_tables.h"
+#include "utils/lsyscache.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* simba.max_lease, in seconds: the longest ttl + transition, or permit ttl. */
+int			simba_max_lease = 7 * 24 * 3600;
+/* simba.drop_live_leases: let DROP EXTENSION go ahead over live leases. */
+bool		simba_drop_live_leases = false;
+
+/*
+ * The superuser settings whose value a connection's own startup options
+ * replaced (see guard_placeholder), or NULL: simba then refuses to run.
+ */
+static const char *simba_overridden_setting = NULL;
+
+/* Whether this transaction took, kept or checked a lease or permit. */
+static bool simba_in_xact = false;
+
+/*
+ * Before the library loads, "simba.x" is a placeholder that any connection
+ * may set, and a startup option (PGOPTIONS="-c simba.max_lease=1") replaces
+ * the value postgresql.conf or ALTER DATABASE gave it. Defining the setting
+ * then rejects the connection's value (the setting is superuser-only) and
+ * falls back to the compiled default, not to the DBA's value, which is
+ * lost. So: a placeholder whose reset value came from a source that the
+ * definition did not accept means this connection cannot know the DBA's
+ * value, and simba refuses to run in it (docs/design.md, "Extension").
+ */
+static GucSource
+placeholder_reset_source(const char *name)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i]->reset_source;
+	return PGC_S_DEFAULT;
+}
+
+static void
+guard_placeholder(const char *name, GucSource before)
+{
+	if (before != PGC_S_DEFAULT && placeholder_reset_source(name) != before)
+		simba_overridden_setting = name;
+}
+
+/*
+ * PREPARE TRANSACTION would keep simba's row locks past any lease, across
+ * restarts. A commit checks the clock's origin (clock.c).
+ */
+static void
+simba_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			simba_clock_pre_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (simba_in_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that used simba locks or permits"),
+						 errdetail("A prepared transaction keeps its row locks until it is committed or "
+								   "rolled back, even across restarts: it would hold a mutex or permit "
+								   "past its lease.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			simba_in_xact = false;
+			simba_clock_end_xact();
+			break;
+		default:
+			break;
+	}
+}
+
+void
+_PG_init(void)
+{
+	GucSource	history_before = placeholder_reset_source("simba.history");
+	GucSource	max_lease_before = placeholder_reset_source("simba.max_lease");
+	GucSource	drop_before = placeholder_reset_source("simba.drop_live_leases");
+	GucSource	notify_before = placeholder_reset_source("simba.notify");
+	GucSource	gc_idle_before = placeholder_reset_source("simba.gc_idle_age");
+	GucSource	gc_interval_before = placeholder_reset_source("simba.gc_interval");
+	static const struct config_enum_entry notify_options[] = {
+		{"always", SIMBA_NOTIFY_ALWAYS, false},
+		{"registered", SIMBA_NOTIFY_REGISTERED, false},
+		{NULL, 0, false}
+	};
+
+	DefineCustomBoolVariable("simba.history",
+							 "Logs changes of hands of simba mutexes to simba_mutex_history.",
+							 "Off by default: each change of hands then costs one insert.",
+							 &simba_history,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.max_lease",
+							"Longest lease simba grants: ttl + transition of a mutex, ttl of a permit.",
+							"A longer one raises 22023. A lease outlives its holder, so a huge one "
+							"locks others out for as long.",
+							&simba_max_lease,
+							7 * 24 * 3600, 1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("simba.drop_live_leases",
+							 "Lets DROP EXTENSION simba go ahead while leases or permits are live.",
+							 "Off by default: a re-created extension starts fences again at 1.",
+							 &simba_drop_live_leases,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomEnumVariable("simba.notify",
+							 "Which releases send their NOTIFY simba: always, or only while a waiter is registered.",
+							 "registered skips the NOTIFY of a release nobody registered with simba_wait() "
+							 "waits for; a plain LISTEN simba that does not register then misses it.",
+							 &simba_notify,
+							 SIMBA_NOTIFY_REGISTERED,
+							 notify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_idle_age",
+							"How long a mutex must have been free before simba removes its row on its own; -1: never.",
+							"A row is free from its release or the end of its lease (or its session's). Collected "
+							"by a short-lived background worker that simba's calls start every simba.gc_interval "
+							"(gc.c); fences never go back.",
+							&simba_gc_idle_age,
+							3600, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("simba.gc_interval",
+							"How often a connection that calls simba starts the idle-row collector.",
+							"Each connection that has called simba's lock functions for this long starts it at "
+							"most once per interval; concurrent collectors of a database do not overlap.",
+							&simba_gc_interval,
+							600, 1, INT_MAX / 2,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	MarkGUCPrefixReserved("simba");
+	guard_placeholder("simba.history", history_before);
+	guard_placeholder("simba.max_lease", max_lease_before);
+	guard_placeholder("simba.drop_live_leases", drop_before);
+	guard_placeholder("simba.notify", notify_before);
+	guard_placeholder("simba.gc_idle_age", gc_idle_before);
+	guard_placeholder("simba.gc_interval", gc_interval_before);
+	RegisterXactCallback(simba_xact_callback, NULL);
+}
+
+SimbaCaller
+simba_enter(FunctionCallInfo fcinfo, bool writes)
+{
+	SimbaCaller caller;
+	Oid			role = GetUserId();
+	Name		name = (Name) palloc(NAMEDATALEN);
+
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot call %s() inside a security-restricted operation",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Maintenance commands (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW) "
+						   "and index expressions run other roles' code: a lease taken there would not "
+						   "be the caller's.")));
+	if (simba_overridden_setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this connection set %s, which only a superuser may set", simba_overridden_setting),
+				 errdetail("The connection's startup options replaced the value the database administrator set, "
+						   "so simba cannot know it and refuses to run."),
+				 errhint("Remove -c %s from the connection's options (PGOPTIONS), or load simba with "
+						 "shared_preload_libraries.", simba_overridden_setting)));
+	if (writes)
+	{
+		Oid			schema,
+					owner;
+
+		if (XactReadOnly || RecoveryInProgress())
+		{
+			const char *fn = get_func_name(fcinfo->flinfo->fn_oid);
+
+			PreventCommandDuringRecovery(fn);
+			PreventCommandIfReadOnly(fn);
+		}
+		simba_in_xact = true;
+		simba_calling_function(fcinfo, &schema, &owner);
+		simba_gc_maybe_start(schema, owner);
+	}
+	namestrcpy(name, GetUserNameFromId(role, false));
+	caller.role = NameGetDatum(name);
+	caller.roleid = ObjectIdGetDatum(role);
+	caller.sysid = Int64GetDatum((int64) GetSystemIdentifier());
+	return caller;
+}
