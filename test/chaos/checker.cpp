@@ -404,6 +404,8 @@ private:
                 std::string detail;
                 for (std::size_t i = 4; i < f.size(); ++i) detail += (i > 4 ? " " : "") + f[i];
                 faults_.push_back({f[1], num(f[2]), num(f[3]), detail});
+            } else if (t == "healthy" && f.size() >= 2) {
+                healthy_.push_back(num(f[1]));
             } else if (t == "skipped" && f.size() >= 2) {
                 ++skipped_[f[1]];
             } else if (t == "run" && f.size() >= 3) {
@@ -1135,7 +1137,9 @@ private:
     // owner) is judged if its waiter's lock() was in progress from before
     // the entry's last renewal until after the delete: that waiter was alive
     // and asking, unless a fault explains the silence. A fault explains it
-    // if it overlaps [last renewal - 1 s, delete] (its heal + 3 s: reconnects)
+    // if it overlaps [last renewal - 1 s, delete] (its end + 3 s: reconnects;
+    // its end is its heal, or on an HA cluster when the cluster was next
+    // found healthy: over())
     // and is not a kill (a killed process's backends end with it, releasing
     // any lock the others wait on; the waiter's own death ends its wait) or
     // a LISTEN kill (a waiter polls every half ttl without its NOTIFY).
@@ -1221,6 +1225,14 @@ private:
         }
     }
 
+    /// When fault f's effects were over: its heal, or on an HA cluster the
+    /// first time after it the cluster was found healthy (a failover the
+    /// manager began in reaction may come after the heal).
+    i64 over(const Fault& f) const {
+        auto h = std::lower_bound(healthy_.begin(), healthy_.end(), f.heal);
+        return h == healthy_.end() ? f.heal : *h;
+    }
+
     void judge_lapse(const std::string& m, const Audit& e) {
         auto wi = worker_of_.find(e.owner);
         if (wi == worker_of_.end()) return ++fair_lapse_unwaited_, void();
@@ -1234,7 +1246,8 @@ private:
         if (!waiting) return ++fair_lapse_unwaited_, void();
         for (auto& f : faults_) {
             if (f.kind == "kill" || f.kind == "listen") continue;
-            if (f.start <= deleted && f.heal + 3000000000LL >= renewed - 1000000000LL) return ++fair_lapse_excused_, void();
+            if (f.start <= deleted && over(f) + 3000000000LL >= renewed - 1000000000LL)
+                return ++fair_lapse_excused_, void();
         }
         ++fair_lapse_judged_;
         v9_.add(m + ": " + e.owner + " (worker " + std::to_string(w) + ") lost its place, queued since " +
@@ -1381,6 +1394,7 @@ private:
     std::set<std::pair<int, i64>> fails_, unks_;
     std::map<std::string, long> fail_states_;
     std::vector<Fault> faults_;
+    std::vector<i64> healthy_;  // when an HA cluster was found healthy again, in order
     std::map<std::string, int> skipped_;
     std::vector<std::string> nemesis_errors_;
     std::map<std::pair<i64, i64>, Cmd> cmds_;

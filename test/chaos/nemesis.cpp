@@ -13,19 +13,21 @@
 //   restart  pg_ctl restart -m immediate: crash, then crash recovery
 //   listen   pg_terminate_backend on every LISTEN connection
 //   any other kind, with --fault-cmd CMD: runs `CMD KIND` (test/ha/faults.sh)
-//            and timestamps the lines it prints: "start" (the fault begins)
-//            and "healed DETAIL" (it ended); a non-zero exit, or no "healed"
-//            within --fault-timeout-s, is logged as an error (the run fails).
+//            and timestamps the lines it prints: "healthy" (the cluster is
+//            healthy again), "start" (the fault begins) and "healed DETAIL"
+//            (it ended); a non-zero exit, or no "healed" within
+//            --fault-timeout-s, is logged as an error (the run fails).
 // Every fault is logged to DIR/nemesis.log:
 //   fault KIND START_NS HEAL_NS DETAIL    (steady ns; HEAL = when the fault ended:
 //                                          the kill, the SIGCONT, the server back up)
+//   healthy STEADY_NS                     (a --fault-cmd's "healthy")
 //   spawn SLOT PID STEADY_NS
 //   run START_NS END_NS                   (last line: the workload's steady window)
 // After each fault: with --settle-ms, until every mutex has a live owner on
 // the server (at most that long), then --quiet-ms.
 // Every kind of --kinds at least once: past --duration-s the run goes on
-// with the kinds not injected yet, for at most 120 s more, and fails (exit 3)
-// if one still was not.
+// with the kinds not injected yet, for at most --extra-s more, and fails
+// (exit 3) if one still was not.
 // Every child gets PR_SET_PDEATHSIG, so nothing outlives the nemesis.
 #include <fcntl.h>
 #include <poll.h>
@@ -68,6 +70,7 @@ struct Args {
     std::string logdir;
     std::string conninfo;
     int duration_s = 120;
+    int extra_s = 120;
     int quiet_ms = 6000;
     int stop_extra_ms = 1000;
     std::vector<std::string> kinds{"kill", "stop", "term", "restart", "listen"};
@@ -88,6 +91,7 @@ void add_options(CLI::App& cli, Args& a) {
     cli.add_option("--logdir", a.logdir, "directory of the event logs")->required();
     cli.add_option("--conninfo", a.conninfo, "libpq connection string");
     cli.add_option("--duration-s", a.duration_s, "length of the run");
+    cli.add_option("--extra-s", a.extra_s, "how long past --duration-s the run may go on for kinds not injected yet");
     cli.add_option("--quiet-ms", a.quiet_ms, "quiet period between faults");
     cli.add_option("--stop-extra-ms", a.stop_extra_ms, "a SIGSTOP lasts this much past the lease's end");
     // Built-in kinds: kill, stop, term, restart, listen; any other goes to --fault-cmd.
@@ -171,8 +175,8 @@ public:
         for (int slot = 0; slot < a_.workers; ++slot) spawn_worker(slot);
         const std::int64_t run_start = chaos::steady_ns();
         const auto end = Clock::now() + seconds(a_.duration_s);
-        // Past the end only for a kind not injected yet, and at most kExtra.
-        const auto last_call = end + kExtra;
+        // Past the end only for a kind not injected yet, and at most --extra-s.
+        const auto last_call = end + seconds(a_.extra_s);
         if (!wait_all_owned(seconds(30))) std::cout << "nemesis: warning: not every mutex owned after 30 s" << std::endl;
         std::size_t turn = 0;
         while (!g_interrupted.load()) {
@@ -199,15 +203,13 @@ public:
         if (g_interrupted.load()) return 130;
         if (const auto missing = first_missing_kind()) {
             std::cout << "nemesis: FAILED: " << *missing << " never injected in " << a_.duration_s << " s and "
-                      << kExtra.count() << " s more" << std::endl;
+                      << a_.extra_s << " s more" << std::endl;
             return 3;
         }
         return 0;
     }
 
 private:
-    static constexpr seconds kExtra{120};
-
     std::optional<std::string> first_missing_kind() {
         for (auto& k : a_.kinds)
             if (injected_[k] == 0) return k;
@@ -223,7 +225,7 @@ private:
                                       "--conninfo",
                                       a_.conninfo,
                                       "--max-seconds",
-                                      std::to_string(a_.duration_s + kExtra.count() + 120)};
+                                      std::to_string(a_.duration_s + a_.extra_s + 120)};
         std::string ms;
         for (auto& m : a_.mutexes) ms += (ms.empty() ? "" : ",") + m;
         argv.push_back("--mutexes");
@@ -434,7 +436,9 @@ private:
     }
 
     /// `fault_cmd KIND`: its stdout lines "start" and "healed DETAIL" are the
-    /// fault's start and heal times; its stderr goes to faults.log.
+    /// fault's start and heal times, and "healthy" when the cluster was found
+    /// healthy again (after the previous fault) first; its stderr goes to
+    /// faults.log.
     void external(const std::string& kind) {
         int fds[2];
         if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
@@ -465,7 +469,9 @@ private:
             for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n')) {
                 std::string line = buf.substr(0, nl);
                 buf.erase(0, nl + 1);
-                if (line == "start") {
+                if (line == "healthy") {
+                    log_.write("healthy", t);
+                } else if (line == "start") {
                     start = t;
                 } else if (line.rfind("healed", 0) == 0) {
                     heal = t;

@@ -3,13 +3,14 @@
 #
 #   SIMBA_HA_DIR=DIR test/ha/faults.sh KIND
 #
-# Run by simba_chaos_nemesis (--fault-cmd), which timestamps the two lines
-# this prints on stdout: "start" when the fault begins and "healed DETAIL"
-# when it ends (the checker measures the time to a new owner from there).
-# First waits (90 s at most) until the cluster is healthy again after the
+# Run by simba_chaos_nemesis (--fault-cmd), which timestamps the lines this
+# prints on stdout: "start" when the fault begins and "healed DETAIL" when
+# it ends (the checker measures the time to a new owner from there). First
+# waits (90 s at most) until the cluster is healthy again after the
 # previous fault: three nodes, both replicas streaming, one synchronous in
-# sync mode. Exits non-zero (the nemesis logs an error, the run fails) if it
-# is not, or if the fault could not be injected.
+# sync mode; then prints "healthy" (until then the previous fault may still
+# explain a lapsed fair queue entry). Exits non-zero (the nemesis logs an
+# error, the run fails) if it is not, or if the fault could not be injected.
 #
 # Kinds (all aimed at the current leader):
 #   pg-kill           SIGKILL its postmaster and every backend; Patroni
@@ -47,6 +48,7 @@ ha_load_env
 fail() { echo "faults.sh $kind: $*" >&2; exit 1; }
 
 ha_wait_healthy 90 || fail "cluster not healthy 90 s after the previous fault (leader '${leader:-}')"
+echo healthy  # the previous fault's effects are over (the checker's rule 9b)
 old=$leader
 
 # Polls until another node than $old holds the leader key, at most S seconds;

@@ -18,6 +18,7 @@ ha_fault_script=$here/faults.sh
 ha_default_kinds=pg-kill,patroni-kill,switchover,pg-restart,client-partition,client-blackhole,etcd-partition,pause,etcd-restart,stall-kill
 ha_modes="strict sync async"
 ha_bound_ms=20000  # see ha_up
+ha_extra_s=120  # past run.sh's --duration for the kinds not injected yet
 
 ha_start_etcd() {
   ha_spawn "$dir/etcd.pid" "$dir/etcd.log" etcd --name e1 --data-dir "$dir/etcd" \

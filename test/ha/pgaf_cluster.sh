@@ -24,6 +24,10 @@ ha_tools="pg_autoctl"
 # fails over: unhealthy + demote timeout + election is 17-22 s (see ha_up)
 # before simba's part (a reconnect and a 1 s + 0.5 s lease) begins.
 ha_bound_ms=30000
+# Past run.sh's --duration for the kinds not injected yet: on the CI machine
+# a node kill, a switchover and a pause took 25-47 s each and the health
+# waits between them as much again (7 kinds in 212 s).
+ha_extra_s=300
 
 # pg_autoctl as the unprivileged user, its files under $dir, never in a home.
 pgaf_env() {

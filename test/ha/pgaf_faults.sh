@@ -4,11 +4,12 @@
 #
 #   SIMBA_HA_DIR=DIR test/ha/pgaf_faults.sh KIND
 #
-# The protocol of faults.sh (run by simba_chaos_nemesis --fault-cmd): prints
-# "start" when the fault begins and "healed DETAIL" when it ends; first
+# The protocol of faults.sh (run by simba_chaos_nemesis --fault-cmd): first
 # waits (90 s at most) until the cluster is healthy again (the monitor has a
 # primary and two secondaries, both streaming, a synchronous one in strict
-# mode); exits non-zero if it is not or the fault could not be injected.
+# mode) and prints "healthy"; prints "start" when the fault begins and
+# "healed DETAIL" when it ends; exits non-zero if the cluster is not
+# healthy or the fault could not be injected.
 #
 # Kinds (all aimed at the current primary):
 #   pg-kill           SIGKILL its postmaster and every backend (its
@@ -56,6 +57,7 @@ ha_load_env
 fail() { echo "pgaf_faults.sh $kind: $*" >&2; exit 1; }
 
 ha_wait_healthy 90 || fail "cluster not healthy 90 s after the previous fault (primary '${leader:-}')"
+echo healthy  # the previous fault's effects are over (the checker's rule 9b)
 old=$leader
 
 # Polls until the monitor has another node than $old as primary, at most S

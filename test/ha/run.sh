@@ -155,7 +155,7 @@ conninfo="host=$hosts port=$ports target_session_attrs=read-write dbname=postgre
 # A fault may wait 90 s for health, then last 75 s (pgaf's pause, a failover
 # begun late): its script, killed at the bound, would leave a node stopped.
 nemesis=("$bin_dir/simba_chaos_nemesis" --workers 8 --worker-bin "$bin_dir/simba_chaos_worker"
-  --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --kinds "$kinds"
+  --logdir "$dir/logs" --conninfo "$conninfo" --duration-s "$duration" --extra-s "$ha_extra_s" --kinds "$kinds"
   --quiet-ms "$quiet_ms" --settle-ms "$bound_ms" --fault-cmd "$ha_fault_script" --fault-timeout-s 200
   --worker-arg=--hold-ms --worker-arg 3000 --worker-arg=--ledger-timeout-ms --worker-arg 5000
   --worker-arg=--rwlock --worker-arg chaos-rw --worker-arg=--multi --worker-arg chaos-b,chaos-c,chaos-m
