@@ -47,6 +47,7 @@
  * there simba_now() is the wall clock and the origin is 0 (none).
  */
 #include "simba.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

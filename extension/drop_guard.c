@@ -12,6 +12,8 @@
  * them, or a superuser sets simba.drop_live_leases = on.
  */
 #include "simba.h"
+#include "clock.h"
+#include "session.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"

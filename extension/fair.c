@@ -35,6 +35,10 @@
  * (simba_fair_wake, wake.c).
  */
 #include "simba.h"
+#include "clock.h"
+#include "mutex.h"
+#include "session.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

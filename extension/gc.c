@@ -37,6 +37,8 @@
  * "Housekeeping").
  */
 #include "simba.h"
+#include "gc.h"
+#include "rows.h"
 
 #include <sys/resource.h>
 

@@ -16,6 +16,11 @@
  * more than this call (bench/callgrind.sh measured it).
  */
 #include "simba.h"
+#include "clock.h"
+#include "history.h"
+#include "rows.h"
+#include "session.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

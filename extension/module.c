@@ -5,6 +5,9 @@
  * checks a lease or permit makes first (docs/design.md, "Extension").
  */
 #include "simba.h"
+#include "clock.h"
+#include "gc.h"
+#include "wake.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"

@@ -38,6 +38,12 @@
  * never in a cycle.
  */
 #include "simba.h"
+#include "clock.h"
+#include "history.h"
+#include "mutex.h"
+#include "rows.h"
+#include "session.h"
+#include "wake.h"
 
 #include "access/table.h"
 #include "catalog/pg_type.h"

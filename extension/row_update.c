@@ -33,6 +33,7 @@
  * locked here first.
  */
 #include "simba.h"
+#include "rows.h"
 
 #include "access/genam.h"
 #include "access/table.h"

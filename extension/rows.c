@@ -4,6 +4,7 @@
  * equality its ids are compared with.
  */
 #include "simba.h"
+#include "rows.h"
 
 #include "access/genam.h"
 #include "access/stratnum.h"

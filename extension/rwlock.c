@@ -42,6 +42,9 @@
  * queue entry, which holds the row like a grant until its transaction ends.
  */
 #include "simba.h"
+#include "clock.h"
+#include "session.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -25,6 +25,9 @@
  * simba--1.4.sql for the tables.
  */
 #include "simba.h"
+#include "clock.h"
+#include "session.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -25,6 +25,10 @@
  *   row is never deleted while a row refers to it.
  */
 #include "simba.h"
+#include "clock.h"
+#include "rows.h"
+#include "session.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "utils/fmgroids.h"

@@ -21,6 +21,8 @@
  * conflict with each other (docs/design.md, "Wake-ups").
  */
 #include "simba.h"
+#include "clock.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
