@@ -22,7 +22,8 @@
  * Session: a tenure taken under a session (session_id) lives as long as the
  * session (session.c); the row keeps the session's times at the acquire for
  * show, and reads the session's for its owner and fence check. The
- * multi-lock and the fair lock join sessions the same way.
+ * multi-lock (multi.c) and the fair lock (fair.c) join sessions the same
+ * way, through simba_mutex_take.
  *
  * Locking: acquire and release lock the row only through their update
  * (row_update.c, which waits and re-decides as an UPDATE would). A first
@@ -30,12 +31,7 @@
  * uses wait on each other and then retry the update instead of failing.
  * simba_fence_check locks the row FOR SHARE until the caller's transaction
  * ends, so a takeover (an update) waits for it.
- *
- * Multi-lock: simba_acquire_all takes its mutexes one by one in byte order
- * of their names, inside a subtransaction it rolls back at the first one it
- * cannot take, so it holds all of them afterwards or changed nothing, and
- * two multi-locks over overlapping sets wait for each other in one order,
- * never in a cycle.
+
  */
 #include "simba.h"
 #include "clock.h"
@@ -61,8 +57,6 @@ PG_FUNCTION_INFO_V1(simba_release_1_4);
 PG_FUNCTION_INFO_V1(simba_owner_1_4);
 PG_FUNCTION_INFO_V1(simba_fence_check_1_4);
 PG_FUNCTION_INFO_V1(simba_mutex_gc);
-PG_FUNCTION_INFO_V1(simba_acquire_all_1_4);
-PG_FUNCTION_INFO_V1(simba_release_all_1_4);
 
 /*
  * Columns of simba_owner, in order; $3 of the acquire statements is t.
@@ -115,7 +109,7 @@ typedef struct MutexCall
 	SimbaCaller caller;
 	TimestampTz t;
 	TimestampTz origin;			/* simba's clock; 0: none (a standby) */
-	Datum	   *args;			/* an acquire's plan arguments (fill_lease_args) */
+	Datum	   *args;			/* an acquire's plan arguments (simba_mutex_fill_args) */
 	const char *nulls;
 	bool		have_columns;
 	MutexColumns c;
@@ -471,8 +465,8 @@ returned_owner(TupleDesc tupdesc)
  * ttl and transition, at simba's clock now; $10, the session, NULL. $1, the
  * mutex, is the caller's to set.
  */
-static void
-fill_lease_args(FunctionCallInfo fcinfo, const SimbaCaller *caller, text *contender,
+void
+simba_mutex_fill_args(FunctionCallInfo fcinfo, const SimbaCaller *caller, text *contender,
 				int ttl_arg, Datum *args, char *nulls)
 {
 	int64		ttl = simba_duration_arg(fcinfo, ttl_arg, "ttl", false);
@@ -505,7 +499,7 @@ simba_mutex_lease_args(FunctionCallInfo fcinfo, int ttl_arg, Datum *args, char *
 	SimbaCaller caller = simba_enter(fcinfo, true);
 	text	   *mutex = simba_name_arg(fcinfo, 0, "mutex");
 
-	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), ttl_arg, args, nulls);
+	simba_mutex_fill_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), ttl_arg, args, nulls);
 	args[0] = PointerGetDatum(mutex);
 	return caller;
 }
@@ -625,8 +619,8 @@ read_held_by_other(TupleTableSlot *slot, void *arg)
  * own contender's (a first use, a win, a holder's repeat) skips that read:
  * its index lookup here costs a tenth of the statement.
  */
-static bool
-lost_under_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller, Datum *args)
+bool
+simba_mutex_lost_under_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller, Datum *args)
 {
 	HeldByOther held = {args[1], false};
 
@@ -651,7 +645,7 @@ simba_acquire_1_4(PG_FUNCTION_ARGS)
 	HeapTuple	result;
 
 	SPI_connect();
-	if (lost_under_session(fcinfo, 4, &caller, args))
+	if (simba_mutex_lost_under_session(fcinfo, 4, &caller, args))
 		spi_owner(&owner);
 	else
 	{
@@ -857,181 +851,16 @@ simba_mutex_gc(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64((int64) deleted);
 }
 
-/* Byte order of two names (qsort): the order a multi-lock takes its rows in. */
-static int
-compare_names(const void *a, const void *b)
+HeapTuple
+simba_mutex_owner_now(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum mutex, TimestampTz t, TimestampTz origin,
+					  MemoryContext ctx)
 {
-	text	   *x = *(text *const *) a;
-	text	   *y = *(text *const *) b;
-	int			lx = VARSIZE_ANY_EXHDR(x);
-	int			ly = VARSIZE_ANY_EXHDR(y);
-	int			c = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(lx, ly));
-
-	return c != 0 ? c : (lx > ly) - (lx < ly);
-}
-
-/* The first row SPI returned, or a never-used mutex's, copied into ctx. */
-static HeapTuple
-owner_row(TupleDesc tupdesc, bool found, Datum mutex, TimestampTz t, MemoryContext ctx)
-{
+	bool		found = simba_execute(fcinfo, &owner_select,
+									  (Datum[]) {mutex, TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+									  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1) == 1;
 	MemoryContext old = MemoryContextSwitchTo(ctx);
 	HeapTuple	row = found ? heap_copytuple(SPI_tuptable->vals[0]) : unused_owner_tuple(tupdesc, mutex, t);
 
 	MemoryContextSwitchTo(old);
 	return row;
-}
-
-/*
- * The names of argument argno (a text[]), checked as simba_name_arg checks
- * one, in byte order, each once. Returns how many; *names gets them.
- */
-static int
-mutexes_arg(FunctionCallInfo fcinfo, int argno, text ***names)
-{
-	ArrayType  *array;
-	Datum	   *elems;
-	bool	   *elem_nulls;
-	int			n;
-	int			i;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("mutexes must not be null")));
-	array = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("mutexes must be a one-dimensional array")));
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &n);
-	if (n == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("mutexes must not be empty")));
-	if (n > SIMBA_MAX_MULTI_LOCK)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("mutexes must name at most %d mutexes", SIMBA_MAX_MULTI_LOCK),
-				 errdetail("It names %d.", n)));
-	*names = palloc(n * sizeof(text *));
-	for (i = 0; i < n; i++)
-		(*names)[i] = simba_array_name(elems[i], elem_nulls[i], "mutexes", "a mutex name");
-	qsort(*names, n, sizeof(text *), compare_names);
-	for (i = 1; i < n; i++)
-		if (compare_names(&(*names)[i - 1], &(*names)[i]) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("mutexes must name each mutex once"),
-					 errdetail("\"%s\" appears more than once.", text_to_cstring((*names)[i]))));
-	return n;
-}
-
-/* simba_acquire_all's work inside its subtransaction: kept only when every mutex was taken. */
-typedef struct TakeAll
-{
-	FunctionCallInfo fcinfo;
-	const SimbaCaller *caller;
-	text	  **names;
-	int			n;
-	Datum	   *args;
-	char	   *nulls;
-	HeapTuple  *rows;
-	TupleDesc	desc;
-	MemoryContext rowctx;
-} TakeAll;
-
-static bool
-take_all(void *arg)
-{
-	TakeAll    *a = (TakeAll *) arg;
-	int			i;
-
-	/* The session row too is locked only when every mutex was taken. */
-	simba_mutex_join_session(a->fcinfo, 4, a->caller, a->args, a->nulls);
-	for (i = 0; i < a->n; i++)
-	{
-		SimbaOwner	owner;
-
-		a->args[0] = PointerGetDatum(a->names[i]);
-		if (!simba_mutex_take(a->fcinfo, a->args, a->nulls, &owner))
-			return false;
-		a->rows[i] = simba_owner_tuple(a->desc, &owner, a->rowctx);
-	}
-	return true;
-}
-
-/*
- * Whether a waiter under a session finds some member held live by another
- * holder, read without a lock as a single acquire does (lost_under_session):
- * then it loses without its subtransaction, which would lock its session
- * row (an xid and WAL) only to roll back.
- */
-static bool
-some_lost_under_session(TakeAll *a)
-{
-	int			i;
-
-	for (i = 0; i < a->n; i++)
-	{
-		a->args[0] = PointerGetDatum(a->names[i]);
-		if (lost_under_session(a->fcinfo, 4, a->caller, a->args))
-			return true;
-	}
-	return false;
-}
-
-Datum
-simba_acquire_all_1_4(PG_FUNCTION_ARGS)
-{
-	SimbaCaller caller = simba_enter(fcinfo, true);
-	text	  **names;
-	int			n = mutexes_arg(fcinfo, 0, &names);
-	Datum		args[10];
-	char		nulls[11] = "";
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	HeapTuple  *rows = palloc(n * sizeof(HeapTuple));
-	TakeAll		work = {fcinfo, &caller, names, n, args, nulls, rows, NULL, CurrentMemoryContext};
-	int			i;
-
-	fill_lease_args(fcinfo, &caller, simba_name_arg(fcinfo, 1, "contender_id"), 2, args, nulls);
-	InitMaterializedSRF(fcinfo, 0);
-	work.desc = rsinfo->setDesc;
-	SPI_connect();
-	/* Refused: every member as it stands now, unchanged by this call. */
-	if (some_lost_under_session(&work) || !simba_in_subtransaction(take_all, &work))
-		for (i = 0; i < n; i++)
-			rows[i] = owner_row(rsinfo->setDesc,
-								simba_execute(fcinfo, &owner_select,
-											  (Datum[]) {PointerGetDatum(names[i]), args[2], args[8]}, NULL, 1) == 1,
-								PointerGetDatum(names[i]), DatumGetTimestampTz(args[2]), work.rowctx);
-	for (i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, rows[i]);
-	SPI_finish();
-	return (Datum) 0;
-}
-
-Datum
-simba_release_all_1_4(PG_FUNCTION_ARGS)
-{
-	SimbaCaller caller = simba_enter(fcinfo, true);
-	text	  **names;
-	int			n = mutexes_arg(fcinfo, 0, &names);
-	text	   *contender = simba_name_arg(fcinfo, 1, "contender_id");
-	TimestampTz t = simba_now(fcinfo);
-	bool	   *released = palloc(n * sizeof(bool));
-	int			count = 0;
-	int			i;
-
-	SPI_connect();
-	for (i = 0; i < n; i++)
-	{
-		released[i] = simba_mutex_release(fcinfo, PointerGetDatum(names[i]), PointerGetDatum(contender), &caller, t);
-		count += released[i];
-	}
-	SPI_finish();
-	/* One NOTIFY per mutex released, as simba_release sends. */
-	for (i = 0; i < n; i++)
-		if (released[i])
-			simba_wake(text_to_cstring(names[i]));
-	PG_RETURN_INT32(count);
 }

@@ -1,5 +1,6 @@
 /*
- * mutex.h — one mutex's acquire and release, for the fair lock (mutex.c).
+ * mutex.h — one mutex's acquire and release, for the fair lock and the
+ * multi-lock (mutex.c).
  */
 #ifndef SIMBA_MUTEX_H
 #define SIMBA_MUTEX_H
@@ -34,6 +35,24 @@ extern HeapTuple simba_owner_tuple(TupleDesc tupdesc, SimbaOwner *owner, MemoryC
  */
 extern bool simba_mutex_join_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
 									 Datum *args, char *nulls);
+/*
+ * Arguments 1..9 of the acquire plans from the caller, its contender id and
+ * its ttl and transition (arguments ttl_arg and ttl_arg + 1), at simba's
+ * clock now; argument 9, the session, NULL. Argument 0, the mutex, is the
+ * caller's to set (simba_mutex_lease_args does both for one mutex).
+ */
+extern void simba_mutex_fill_args(FunctionCallInfo fcinfo, const SimbaCaller *caller, text *contender, int ttl_arg,
+								  Datum *args, char *nulls);
+/*
+ * Inside SPI, for an attempt with these arguments under the session of
+ * argument argno: whether another holder's live lease holds it (read
+ * without a lock; then the attempt loses without locking its session row).
+ */
+extern bool simba_mutex_lost_under_session(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
+										   Datum *args);
+/* Inside SPI: the owner of `mutex` as it stands at t (origin), a simba_owner tuple allocated in ctx. */
+extern HeapTuple simba_mutex_owner_now(FunctionCallInfo fcinfo, TupleDesc tupdesc, Datum mutex, TimestampTz t,
+									   TimestampTz origin, MemoryContext ctx);
 /* Inside SPI: releases the caller's live tenure of `mutex` (true), else logs a late release. */
 extern bool simba_mutex_release(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller,
 								TimestampTz t);
