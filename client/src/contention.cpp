@@ -60,7 +60,7 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         // The tenure ends here first: once the release commits, a waiter can
         // be granted the mutex (the NOTIFY wakes it in about a millisecond)
         // while this thread has yet to read the release's reply; a claim
-        // that lasted until then would overlap the next holder's (issue 23).
+        // that lasted until then would overlap the next holder's.
         events_.end_locally(svc);
     }
     bool released_all = false;
@@ -676,7 +676,7 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
 /// statement_timeout: the configured one, at most half the shortest lease
 /// in use, so one hung statement never outlives a lease. O(1): the registry
 /// keeps the lease durations counted (a scan of every service here made
-/// starting N services O(N²), issue 24).
+/// starting N services O(N²)).
 void Contention::update_statement_timeout() {
     auto t = options_.statement_timeout;
     if (auto shortest = registry_.shortest_lease())

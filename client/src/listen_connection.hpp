@@ -20,8 +20,8 @@
 // may wait on (want_name()), so that a release under simba.notify =
 // registered still notifies it. A name is registered once for all the
 // holders that want it; only names whose wish changed are sent, so a
-// process with 100,000 names sends each once, not with every exchange
-// (issue 24). A registration the server refused (a release of the name's
+// process with 100,000 names sends each once, not with every exchange.
+// A registration the server refused (a release of the name's
 // bucket was under way) is sent again after names_retry, doubling up to
 // names_retry_max while refusals go on; once it succeeds,
 // heard.registered names it: its waiters attempt once more, since a release

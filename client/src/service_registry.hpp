@@ -1,7 +1,7 @@
 // simba client (internal): the running services of a factory, by mutex, the
 // shortest lease among them, and the filter that lets the I/O thread drop
 // most NOTIFYs without io_m. Every operation is O(log N) in the number of
-// services: a factory may run 100,000 (issue 24).
+// services: a factory may run 100,000.
 #pragma once
 
 #include <algorithm>

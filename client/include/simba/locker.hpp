@@ -48,7 +48,7 @@ public:
     /// `max_hold_count`: how often the holding thread may lock() again
     /// without unlock() (1, the default: not reentrant). Throws
     /// IllegalStateError if the factory already has a Locker or service for
-    /// this (mutex, contender id): ids must be unique (README, "Contender ids").
+    /// this (mutex, contender id): ids must be unique (client/README.md, "Ids").
     Locker(ContendServiceFactory& factory, std::string mutex,
            std::string contender_id = ContenderId::host(), ContendOptions options = {}, int max_hold_count = 1);
     /// Ends the hold or the wait for one here and hands the release to the
