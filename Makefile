@@ -69,9 +69,10 @@ EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION_DI
 MODULE_big = simba
 OBJS = $(patsubst %.c,%.o,$(wildcard $(EXTENSION_DIR)/*.c))
 MODULEDIR = extension
-# simba--1.0.sql installs 1.0 and each simba--A--B.sql upgrades A to B, all as
-# shipped; CREATE EXTENSION of a newer version chains them, so every install
-# goes through the same upgrade path users take.
+# simba--1.4.sql installs the current version in one script; simba--1.0.sql
+# and each simba--A--B.sql (A to B, as shipped) are the older versions and
+# the path users update along. sql/upgrade.sql installs 1.0, updates in
+# place, and checks that the result is exactly what a fresh install makes.
 DATA = $(EXTENSION_DIR)/simba.control $(wildcard $(EXTENSION_DIR)/simba--*.sql)
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
