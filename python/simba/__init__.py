@@ -8,8 +8,8 @@
         with client.lock("orders", timeout=5) as lease:
             ...  # yours on every machine; pass lease.fence to what you write
 
-See :class:`Client`, :class:`Lock`, :class:`Lease`, :func:`fence_check` and
-:mod:`simba.errors`; asyncio: :mod:`simba.aio`.
+See :class:`Client`, :class:`Lock`, :class:`Lease`, :class:`Semaphore`,
+:func:`fence_check` and :mod:`simba.errors`; asyncio: :mod:`simba.aio`.
 """
 
 from . import errors
@@ -32,6 +32,7 @@ from .errors import (
 )
 from .fencing import fence_check
 from .lease import Lease
+from .semaphore import Permit, Semaphore
 
 __version__ = "1.4"
 
@@ -39,6 +40,8 @@ __all__ = [
     "Client",
     "Lock",
     "Election",
+    "Semaphore",
+    "Permit",
     "Lease",
     "fence_check",
     "errors",

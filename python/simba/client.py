@@ -46,6 +46,7 @@ from .lease import Lease, Tenure, keepalive_delay, margin, monotonic, server_tim
 
 if TYPE_CHECKING:
     from .election import Election
+    from .semaphore import Semaphore
 
 __all__ = ["Client", "Lock", "Callback"]
 
@@ -366,6 +367,21 @@ class Client:
         from .election import Election  # it imports this module
 
         return Election(self, name, value=value, on_lost=on_lost)
+
+    def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
+                  holder: Optional[str] = None, context: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "Semaphore":
+        """A counting semaphore on ``key``: at most ``permits`` holders at
+        once across every process (see :class:`~simba.semaphore.Semaphore`).
+        ``timeout`` is for ``with``; ``holder`` (shown in
+        ``simba_semaphore_status``) defaults to a unique
+        ``{counter}:{pid}@{host}``; ``context`` is free text stored with
+        each permit; the callbacks are each permit's, as a lock's."""
+        from .semaphore import Semaphore  # it imports this module
+
+        return Semaphore(self, key, permits, timeout=timeout, holder=holder or _contender_id(), context=context,
+                         on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
 
     @property
     def session_id(self) -> Optional[str]:
@@ -999,7 +1015,7 @@ class Client:
                 for lk in owed:
                     if monotonic() > deadline:
                         break
-                    conn.execute(RELEASE_SQL, (lk.name, lk.contender_id))
+                    conn.execute(*lk._release_statement())
                     lk._owed = False
                 if s is not None:
                     conn.execute(SESSION_CLOSE_SQL, (s.id,))
@@ -1206,8 +1222,7 @@ class Lock:
                         return True
                     if not blocking:
                         return False
-                    assert isinstance(owner, _Owner)
-                    schedule.lost_to(owner)
+                    self._lost_to(schedule, owner)
                 if waiter is None:
                     waiter = c._add_waiter(self.name)
                 # wait: a NOTIFY (rate-limited) or the poll backstop
@@ -1228,6 +1243,15 @@ class Lock:
             if waiter is not None:
                 c._remove_waiter(self.name, waiter)
 
+    def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
+        """When to attempt again after an attempt that lost to ``owner``."""
+        schedule.lost_to(owner)
+
+    def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
+        """The statement that gives the hold back (by id: it also serves an
+        owed release)."""
+        return RELEASE_SQL, (self.name, self.contender_id)
+
     def _attempt(self) -> "bool | _Owner":
         """One attempt under the session: True when granted, else the owner
         row as it stands."""
@@ -1235,7 +1259,7 @@ class Lock:
         with self._op:
             with c._io:
                 if self._owed:  # a release by id owed from an earlier tenure goes first
-                    c._statement_locked(RELEASE_SQL, (self.name, self.contender_id))
+                    c._statement_locked(*self._release_statement())
                     self._owed = False
                 sid = c._session_id_locked()
                 try:
@@ -1291,7 +1315,7 @@ class Lock:
             if not c._closing:
                 with self._op:
                     try:
-                        c._statement(RELEASE_SQL, (self.name, self.contender_id))
+                        c._statement(*self._release_statement())
                         self._owed = False
                     except Error as e:
                         log.warning("simba: release of %r failed, it is owed: %s", self.name, e)
@@ -1380,7 +1404,7 @@ class Lock:
             try:
                 if self._owed and not self._active_holding():
                     try:
-                        c._statement(RELEASE_SQL, (self.name, self.contender_id))
+                        c._statement(*self._release_statement())
                         self._owed = False
                     except Error as e:
                         log.info("simba: owed release of %r failed: %s", self.name, e)
