@@ -1,6 +1,6 @@
 // The C++ client's worker for the conformance suite: the line protocol of
-// tck/conformance/README.md on stdin/stdout, over one factory (sessions on)
-// and a simba::Locker per lock name.
+// tck/conformance/README.md on stdin/stdout, over one factory (sessions on),
+// a simba::Locker per lock name and a simba::Semaphore's permits by key.
 //
 //   simba_tck_conformance_worker --conninfo CONNINFO [--listen-conninfo CONNINFO]
 //                                [--ttl-ms N] [--transition-ms N]
@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
         }
         return *l;
     };
+    simba::Semaphore semaphore(factory);
+    std::map<std::string, std::optional<simba::Permit>> permits;  // declared after the semaphore: released first
     say("ready c++");
 
     std::string line;
@@ -87,7 +90,25 @@ int main(int argc, char** argv) {
             } else if (cmd == "lease") {
                 const auto held = locker(name).lease();
                 say(held ? "ok held " + std::to_string(held->fence) : "ok none");
+            } else if (cmd == "permit") {
+                int n = 0;
+                long timeout_ms = 0;
+                in >> n >> timeout_ms;
+                try {
+                    auto& p = permits[name];
+                    p.emplace(semaphore.acquire(name, n, std::chrono::milliseconds(ttl_ms + transition_ms),
+                                                std::chrono::milliseconds(timeout_ms)));
+                    p->on_lost([name] { say("event lost " + name); });
+                    say("ok permit " + std::to_string(p->fence()));
+                } catch (const simba::TimeoutError&) {
+                    say("ok timeout");
+                }
+            } else if (cmd == "unpermit") {
+                if (auto it = permits.find(name); it != permits.end() && it->second) it->second->release();
+                permits.erase(name);
+                say("ok released");
             } else if (cmd == "quit") {
+                permits.clear();  // each Permit releases itself
                 locks.clear();  // each Locker releases what it holds
                 say("ok bye");
                 return 0;

@@ -109,6 +109,14 @@ class Worker:
         r = self.call("lease", name).split()
         return int(r[1]) if r[0] == "held" else None
 
+    def permit(self, key: str, permits: int, timeout_s: float) -> Optional[int]:
+        """The fence of a permit of `key` (at most `permits` holders), or None on timeout."""
+        r = self.call("permit", key, permits, int(timeout_s * 1000)).split()
+        return int(r[1]) if r[0] == "permit" else None
+
+    def unpermit(self, key: str) -> None:
+        self.call("unpermit", key)
+
     def wait_event(self, expected: str, timeout_s: float) -> None:
         try:
             got = self.events.get(timeout=timeout_s)
@@ -161,6 +169,10 @@ class Harness:
         """The fence of the live holder on the server's clock, or None."""
         row = self.sql("SELECT (o).fence, (o).owner_id FROM (SELECT simba_owner(%s) AS o) s", name)
         return row[0] if row and row[1] is not None else None
+
+    def server_permits(self, key: str) -> int:
+        """Live permits of `key` on the server's clock."""
+        return self.sql("SELECT count(*) FROM simba_semaphore_status WHERE key = %s AND time_left > '0'", key)[0]
 
     def close(self) -> None:
         for w in self.workers:

@@ -148,3 +148,60 @@ def test_terminated_connections_never_make_two_holders(h, name, a, b):
     wa.unlock(name)
     assert wb.lock(name, 10) is not None
     wb.unlock(name)
+
+
+@pytest.mark.parametrize("kinds", mixes())
+def test_at_most_n_permit_holders(h, name, kinds):
+    """Four workers share two permits of one key, 6 rounds each: never three
+    holders at once (as the workers report, or on the server), both permits
+    in use at times, every grant a new fence, none left at the end."""
+    workers = [h.worker(k) for k in kinds]
+    mu = threading.Lock()
+    holding = set()
+    most = [0]
+    fences = []
+    failures = []
+
+    def run(w):
+        try:
+            for _ in range(6):
+                fence = w.permit(name, 2, 20)
+                assert fence is not None, f"{w.kind}: no permit within 20 s"
+                with mu:
+                    holding.add(fence)
+                    most[0] = max(most[0], len(holding))
+                    if len(holding) > 2:
+                        failures.append(f"{w.kind} got permit {fence} while {sorted(holding - {fence})} held")
+                    fences.append(fence)
+                time.sleep(random.uniform(0.02, 0.06))  # act on it
+                with mu:
+                    holding.discard(fence)  # before the release is sent: from here on it does not act
+                w.unpermit(name)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(set(fences)) == len(fences) == 6 * len(workers), f"a fence granted twice: {fences}"
+    assert most[0] == 2, "two permits, yet never two holders at once"
+    assert h.server_permits(name) == 0, "every permit was released, yet the server counts one live"
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_killed_permit_holder_frees_its_permit_within_its_lease(h, name, a, b):
+    wa, wb = h.worker(a), h.worker(b)
+    fa = wa.permit(name, 1, 10)
+    assert fa is not None, f"{a} worker: no permit of a free key within 10 s"
+    assert wb.permit(name, 1, 0.3) is None, "two holders of a key with one permit"
+    assert h.server_permits(name) == 1
+    wa.signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    fb = wb.permit(name, 1, LEASE_S + SLACK_S)
+    assert fb is not None, f"no permit {LEASE_S + SLACK_S} s after its holder was killed"
+    assert fb > fa and elapsed_since(t0) < LEASE_S + SLACK_S
+    wb.unpermit(name)
+    assert h.server_permits(name) == 0

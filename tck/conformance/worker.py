@@ -1,6 +1,6 @@
 """The Python client's worker for the conformance suite: the line protocol of
 tck/conformance/README.md on stdin/stdout, over one ``simba.Client`` (one
-session) and a ``simba.Lock`` per lock name.
+session), a ``simba.Lock`` per lock name and ``simba.Permit`` s by key.
 
     python3 tck/conformance/worker.py --conninfo CONNINFO [--listen-conninfo CONNINFO]
                                       [--ttl-ms N] [--transition-ms N]
@@ -36,6 +36,7 @@ def main() -> int:
     client = simba.Client(a.conninfo, session_ttl=a.ttl_ms / 1000, session_transition=a.transition_ms / 1000,
                           reconnect_initial=0.05, reconnect_max=0.5, **pooled)
     locks = {}
+    permits = {}
 
     def lock_of(name: str) -> simba.Lock:
         if name not in locks:
@@ -59,6 +60,19 @@ def main() -> int:
             elif cmd == "lease":
                 lease = lock_of(name).lease
                 say(f"ok held {lease.fence}" if lease else "ok none")
+            elif cmd == "permit":
+                sem = client.semaphore(name, int(words[2]), on_lost=lambda lease, name=name: say(f"event lost {name}"))
+                permit = sem.acquire(timeout=int(words[3]) / 1000)
+                if permit is None:
+                    say("ok timeout")
+                else:
+                    permits[name] = permit
+                    say(f"ok permit {permit.fence}")
+            elif cmd == "unpermit":
+                permit = permits.pop(name, None)
+                if permit is not None:
+                    permit.release()
+                say("ok released")
             elif cmd == "quit":
                 client.close()  # releases what it holds, closes the session
                 say("ok bye")
