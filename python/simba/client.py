@@ -24,6 +24,7 @@ import logging
 import os
 import queue
 import random
+import re
 import select
 import socket
 import threading
@@ -72,6 +73,17 @@ RENEW_SQL = (
     " %(tr)s::int8 * interval '1 microsecond') AS o"
 )
 RELEASE_SQL = "SELECT simba_release(%s, %s)"
+# The fair lock: the owner columns, then the caller's place (NULL: it holds
+# the mutex) and the channel the server wakes it on.
+FAIR_ACQUIRE_SQL = (
+    "SELECT " + _OWNER_COLUMNS.format(id="%(id)s") + ", o.position, o.wake_channel"
+    " FROM simba_fair_acquire(%(m)s, %(id)s, %(ttl)s::int8 * interval '1 microsecond',"
+    " %(tr)s::int8 * interval '1 microsecond', %(s)s::uuid) AS o"
+)
+FAIR_RELEASE_SQL = "SELECT simba_fair_release(%s, %s)"
+# A wake channel as the server makes them ("simba_fair_" and hex digits):
+# LISTEN names it as it is; anything else is not listened to.
+_CHANNEL = re.compile(r"[A-Za-z0-9_]{1,63}")
 _SESSION_COLUMNS = (
     "s.session_id::text, simba_epoch_us(s.ttl_at), simba_epoch_us(s.transition_at),"
     " simba_epoch_us(s.current_at), s.revoked"
@@ -309,6 +321,8 @@ class Client:
         self._listen_connected = threading.Event()
         self._wanted: Dict[str, int] = {}  # names waited on -> waiters
         self._registered: Set[str] = set()
+        self._channels: Dict[str, int] = {}  # fair waiters' wake channels -> waiters
+        self._listening: Set[str] = set()  # those LISTENed to now
         self._register_dirty = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -348,6 +362,7 @@ class Client:
         on_lost: Optional[Callback] = None,
         on_suspended: Optional[Callback] = None,
         on_resumed: Optional[Callback] = None,
+        fair: bool = False,
     ) -> "Lock":
         """A distributed lock on mutex ``name`` (see :class:`Lock`).
 
@@ -355,9 +370,12 @@ class Client:
         forever) before it raises :class:`~simba.errors.LockTimeoutError`.
         ``contender_id`` defaults to a unique ``{counter}:{pid}@{host}``; a
         hand-picked one must be unique across every process using the mutex
-        under the same role."""
+        under the same role. ``fair``: waiters are granted the mutex in
+        arrival order (``simba_fair_acquire``), each woken alone on a
+        channel of its own; fair and plain lockers of one mutex do not
+        queue together."""
         return Lock(self, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
-                    on_suspended=on_suspended, on_resumed=on_resumed)
+                    on_suspended=on_suspended, on_resumed=on_resumed, fair=fair)
 
     def election(self, name: str, *, value: Optional[str] = None,
                  on_lost: Optional[Callback] = None) -> "Election":
@@ -823,6 +841,25 @@ class Client:
                 self._wanted[name] = n
         self._poke_listen()
 
+    def _want_channel(self, channel: str, wanted: bool) -> None:
+        """A fair waiter starts (or stops) waiting on its wake channel."""
+        with self._mu:
+            n = self._channels.get(channel, 0) + (1 if wanted else -1)
+            if n > 0:
+                self._channels[channel] = n
+            else:
+                self._channels.pop(channel, None)
+            self._register_dirty = True
+        self._poke_listen()
+
+    def _notified(self, channel: str, payload: str) -> None:
+        """A NOTIFY read on the LISTEN connection: on simba's channel, or on
+        a fair waiter's, whose payload is the mutex."""
+        with self._mu:
+            ours = channel == "simba" or channel in self._listening
+        if ours:
+            self._wake(payload)
+
     def _wake(self, name: Optional[str]) -> None:
         """A NOTIFY for ``name`` (None: every name, after LISTEN took effect)."""
         with self._mu:
@@ -861,10 +898,11 @@ class Client:
                 try:
                     conn = self._connect(listen=True)
                     # NOTIFYs read while a statement runs come through the handler
-                    conn.add_notify_handler(lambda n: self._wake(n.payload) if n.channel == "simba" else None)
+                    conn.add_notify_handler(lambda n: self._notified(n.channel, n.payload))
                     self._listen_exec(conn, "LISTEN simba")
                     with self._mu:
                         self._registered.clear()
+                        self._listening.clear()
                         self._register_dirty = True
                     backoff = self._reconnect_initial
                     last_exchange = monotonic()
@@ -953,8 +991,7 @@ class Client:
             n = conn.pgconn.notifies()
             if n is None:
                 return
-            if n.relname == b"simba":
-                self._wake(n.extra.decode("utf-8", "replace"))
+            self._notified(n.relname.decode("utf-8", "replace"), n.extra.decode("utf-8", "replace"))
 
     def _register(self, conn: "psycopg.Connection[Any]") -> bool:
         """Registers the waited-on names with ``simba_wait``; returns whether
@@ -964,6 +1001,17 @@ class Client:
             wanted = set(self._wanted)
             add = sorted(wanted - self._registered)
             drop = sorted(self._registered - wanted)
+            channels = set(self._channels)
+            listen = sorted(channels - self._listening)
+            unlisten = sorted(self._listening - channels)
+        for ch in listen:  # checked when the reply named it: a plain identifier
+            self._listen_exec(conn, f'LISTEN "{ch}"')
+        for ch in unlisten:
+            self._listen_exec(conn, f'UNLISTEN "{ch}"')
+        with self._mu:
+            self._listening = (self._listening | set(listen)) - set(unlisten)
+        for ch in listen:
+            self._wake(None)  # a wake-up before the LISTEN took effect was not heard
         refused: List[str] = []
         try:
             if add:
@@ -1056,6 +1104,10 @@ class _WaitSchedule:
         self._poll_at = monotonic() + max(0.0, delay)
         self._notified = False
 
+    def at_most(self, delay: float) -> None:
+        """The next attempt no later than ``delay`` seconds from now."""
+        self._poll_at = min(self._poll_at, monotonic() + max(0.0, delay))
+
     def notified(self) -> None:
         self._notified = True
 
@@ -1098,8 +1150,10 @@ class Lock:
 
     def __init__(self, client: Client, name: str, *, timeout: Optional[float] = None,
                  contender_id: Optional[str] = None, on_lost: Optional[Callback] = None,
-                 on_suspended: Optional[Callback] = None, on_resumed: Optional[Callback] = None) -> None:
+                 on_suspended: Optional[Callback] = None, on_resumed: Optional[Callback] = None,
+                 fair: bool = False) -> None:
         self.name = errors.validate_name(name, "mutex")
+        self.fair = fair
         self.contender_id = errors.validate_name(contender_id or _contender_id(), "contender_id")
         self.timeout = timeout
         self._client = client
@@ -1115,6 +1169,8 @@ class Lock:
         self._check_wanted = False
         self._bg_at = 0.0  # background work (owed release, check) not before this
         self._granted: Optional[Lease] = None
+        self._queued = False  # fair: the last attempt left the caller queued
+        self._channel: Optional[str] = None  # fair: the wake channel listened to while waiting
 
     def __repr__(self) -> str:
         return f"<simba.Lock {self.name!r} id={self.contender_id!r} owner={self.is_owner()}>"
@@ -1183,6 +1239,7 @@ class Lock:
                     self._holder = me
                     self._active = True
                 return True
+            self._gave_up()
         except BaseException:
             self._gate.release()
             raise
@@ -1242,15 +1299,32 @@ class Lock:
         finally:
             if waiter is not None:
                 c._remove_waiter(self.name, waiter)
+            if self._channel is not None:
+                c._want_channel(self._channel, False)
+                self._channel = None
 
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         """When to attempt again after an attempt that lost to ``owner``."""
         schedule.lost_to(owner)
+        if self._queued:  # a fair waiter keeps its place by asking within its entry's lease
+            schedule.at_most(self._client._ttl_us / 2e6)
+
+    def _gave_up(self) -> None:
+        """The wait ended without a hold: a fair waiter leaves the queue (its
+        place goes to the next), else it would hold the queue up until its
+        entry lapsed."""
+        if not (self.fair and self._queued):
+            return
+        self._queued = False
+        try:
+            self._client._statement(*self._release_statement())
+        except Error as e:
+            log.info("simba: withdrawing from the queue of %r failed (the place lapses): %s", self.name, e)
 
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         """The statement that gives the hold back (by id: it also serves an
-        owed release)."""
-        return RELEASE_SQL, (self.name, self.contender_id)
+        owed release; a fair one also leaves the queue)."""
+        return FAIR_RELEASE_SQL if self.fair else RELEASE_SQL, (self.name, self.contender_id)
 
     def _attempt(self) -> "bool | _Owner":
         """One attempt under the session: True when granted, else the owner
@@ -1263,12 +1337,29 @@ class Lock:
                     self._owed = False
                 sid = c._session_id_locked()
                 try:
-                    row, sent_at = c._statement_locked(ACQUIRE_SQL, {
+                    row, sent_at = c._statement_locked(FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL, {
                         "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us, "s": sid})
                 except SessionEndedError as e:
                     c._forget_session(sid, str(e))
                     raise
+            if self.fair:
+                self._fair_reply(row[8], row[9])
             return self._apply_reply(row, sent_at)
+
+    def _fair_reply(self, position: Optional[int], channel: Optional[str]) -> None:
+        """A fair attempt's place and wake channel: listened to while queued."""
+        self._queued = position is not None
+        if not self._queued or channel == self._channel:
+            return
+        c = self._client
+        if self._channel is not None:
+            c._want_channel(self._channel, False)
+            self._channel = None
+        if channel is not None and _CHANNEL.fullmatch(channel):
+            self._channel = channel
+            c._want_channel(channel, True)
+        else:
+            log.warning("simba: ignoring the fair lock's wake channel %r", channel)
 
     def _apply_reply(self, row: Sequence[Any], sent_at: float) -> "bool | _Owner":
         """An acquire's reply, sent at ``sent_at``: True when it granted a
