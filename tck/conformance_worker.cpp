@@ -59,10 +59,13 @@ int main(int argc, char** argv) {
     lease.ttl = std::chrono::milliseconds(ttl_ms);
     lease.transition = std::chrono::milliseconds(transition_ms);
     std::map<std::string, std::unique_ptr<simba::Locker>> locks;
-    auto locker = [&](const std::string& name) -> simba::Locker& {
+    // A name's Locker is made by its first lock command, fair or not.
+    auto locker = [&](const std::string& name, bool fair = false) -> simba::Locker& {
         auto& l = locks[name];
         if (!l) {
-            l = std::make_unique<simba::Locker>(factory, name, simba::ContenderId::host(), lease);
+            simba::ContendOptions options = lease;
+            options.fair = fair;
+            l = std::make_unique<simba::Locker>(factory, name, simba::ContenderId::host(), options);
             simba::Locker* raw = l.get();
             raw->on_lost([name, raw] { say("event lost " + name); });
         }
@@ -80,8 +83,9 @@ int main(int argc, char** argv) {
         try {
             if (cmd == "lock") {
                 long timeout_ms = 0;
-                in >> timeout_ms;
-                auto& l = locker(name);
+                std::string mode;
+                in >> timeout_ms >> mode;
+                auto& l = locker(name, mode == "fair");
                 if (l.try_lock_for(std::chrono::milliseconds(timeout_ms))) say("ok acquired " + std::to_string(l.fence()));
                 else say("ok timeout");
             } else if (cmd == "unlock") {

@@ -97,9 +97,9 @@ class Worker:
             raise WorkerError(f"{self.kind} worker: {line!r} -> {reply!r}")
         return reply[3:]
 
-    def lock(self, name: str, timeout_s: float) -> Optional[int]:
+    def lock(self, name: str, timeout_s: float, fair: bool = False) -> Optional[int]:
         """The fence of the hold taken, or None on timeout."""
-        r = self.call("lock", name, int(timeout_s * 1000)).split()
+        r = self.call("lock", name, int(timeout_s * 1000), *(["fair"] if fair else [])).split()
         return int(r[1]) if r[0] == "acquired" else None
 
     def unlock(self, name: str) -> None:
@@ -169,6 +169,11 @@ class Harness:
         """The fence of the live holder on the server's clock, or None."""
         row = self.sql("SELECT (o).fence, (o).owner_id FROM (SELECT simba_owner(%s) AS o) s", name)
         return row[0] if row and row[1] is not None else None
+
+    def server_queue(self, name: str) -> int:
+        """Live entries of mutex `name`'s fair queue on the server's clock."""
+        return self.sql("SELECT count(*) FROM simba_mutex_queue q, simba_clock() c"
+                        " WHERE q.mutex = %s AND q.transition_at > c.now", name)[0]
 
     def server_permits(self, key: str) -> int:
         """Live permits of `key` on the server's clock."""

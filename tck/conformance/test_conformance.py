@@ -205,3 +205,42 @@ def test_a_killed_permit_holder_frees_its_permit_within_its_lease(h, name, a, b)
     assert fb > fa and elapsed_since(t0) < LEASE_S + SLACK_S
     wb.unpermit(name)
     assert h.server_permits(name) == 0
+
+
+@pytest.mark.parametrize("kinds", mixes())
+def test_fair_waiters_are_granted_in_arrival_order(h, name, kinds):
+    """`lock NAME TIMEOUT_MS fair`: the first worker holds, the other three
+    queue one after the other (each queued on the server before the next
+    asks); after the release they hold it in that order, one at a time."""
+    holder, *waiters = [h.worker(k) for k in kinds]
+    assert holder.lock(name, 10, fair=True) is not None
+    order = []
+    mu = threading.Lock()
+    failures = []
+
+    def wait(i, w):
+        try:
+            fence = w.lock(name, 25, fair=True)
+            assert fence is not None, f"{w.kind}: no hold within 25 s"
+            with mu:
+                order.append((i, fence))
+            w.unlock(name)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = []
+    for i, w in enumerate(waiters):
+        t = threading.Thread(target=wait, args=(i, w))
+        t.start()
+        threads.append(t)
+        deadline = time.monotonic() + 10
+        while h.server_queue(name) < i + 1:  # queued before the next one arrives
+            assert time.monotonic() < deadline, f"{w.kind} worker not queued within 10 s"
+            time.sleep(0.02)
+    holder.unlock(name)
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert [i for i, _ in order] == [0, 1, 2], f"granted out of arrival order: {order}"
+    assert all(a < b for (_, a), (_, b) in zip(order, order[1:]))
+    assert h.server_fence(name) is None and h.server_queue(name) == 0

@@ -38,9 +38,10 @@ def main() -> int:
     locks = {}
     permits = {}
 
-    def lock_of(name: str) -> simba.Lock:
+    def lock_of(name: str, fair: bool = False) -> simba.Lock:
+        """A name's Lock is made by its first lock command, fair or not."""
         if name not in locks:
-            locks[name] = client.lock(name, on_lost=lambda lease, name=name: say(f"event lost {name}"))
+            locks[name] = client.lock(name, fair=fair, on_lost=lambda lease, name=name: say(f"event lost {name}"))
         return locks[name]
 
     say("ready python")
@@ -49,7 +50,7 @@ def main() -> int:
         cmd, name = (words + ["", ""])[:2]
         try:
             if cmd == "lock":
-                lk = lock_of(name)
+                lk = lock_of(name, words[3:4] == ["fair"])
                 if lk.acquire(timeout=int(words[2]) / 1000):
                     say(f"ok acquired {lk.fence}")
                 else:
