@@ -32,6 +32,7 @@ from .errors import (
 )
 from .fencing import fence_check
 from .lease import Lease
+from .rwlock import ReadWriteLock
 from .semaphore import Permit, Semaphore
 
 __version__ = "1.4"
@@ -42,6 +43,7 @@ __all__ = [
     "Election",
     "Semaphore",
     "Permit",
+    "ReadWriteLock",
     "Lease",
     "fence_check",
     "errors",

@@ -47,6 +47,7 @@ from .lease import Lease, Tenure, keepalive_delay, margin, monotonic, server_tim
 
 if TYPE_CHECKING:
     from .election import Election
+    from .rwlock import ReadWriteLock
     from .semaphore import Semaphore
 
 __all__ = ["Client", "Lock", "Callback"]
@@ -385,6 +386,28 @@ class Client:
         from .election import Election  # it imports this module
 
         return Election(self, name, value=value, on_lost=on_lost)
+
+    def read_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "ReadWriteLock":
+        """A read hold on read-write lock ``name``: shared with other readers,
+        refused while a writer holds it or waits (see
+        :class:`~simba.rwlock.ReadWriteLock`; arguments as :meth:`lock`)."""
+        from .rwlock import ReadWriteLock  # it imports this module
+
+        return ReadWriteLock(self, name, "read", timeout=timeout, contender_id=contender_id, on_lost=on_lost,
+                             on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def write_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                   on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                   on_resumed: Optional[Callback] = None) -> "ReadWriteLock":
+        """A write hold on read-write lock ``name``: alone, with a new fence;
+        a waiting writer goes before new readers (see
+        :class:`~simba.rwlock.ReadWriteLock`; arguments as :meth:`lock`)."""
+        from .rwlock import ReadWriteLock  # it imports this module
+
+        return ReadWriteLock(self, name, "write", timeout=timeout, contender_id=contender_id, on_lost=on_lost,
+                             on_suspended=on_suspended, on_resumed=on_resumed)
 
     def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
                   holder: Optional[str] = None, context: Optional[str] = None,

@@ -1,0 +1,156 @@
+"""A read-write lock across processes, as kazoo's ``ReadLock`` and
+``WriteLock`` and the C++ client's ``simba::SharedLocker`` offer it: many
+readers or one writer, with writer preference.
+
+::
+
+    with client.read_lock("catalog"):     # shared with other readers
+        ...
+    with client.write_lock("catalog") as lease:   # alone; lease.fence is new
+        ...
+
+Each is a :class:`~simba.Lock` of its own contender on the lock's name,
+held under the client's session, so everything a lock promises holds: a
+local deadline it is never claimed past, the callbacks, loss that is final.
+While a writer waits, new readers are refused; a waiting writer keeps its
+place by asking again, and leaves the queue when its ``acquire`` gives up.
+A reader's fence is the write epoch (the latest writer's fence); a
+writer's is its own, new for every write hold. Two lock objects are two
+contenders: a process that reads and then writes releases its read lock
+first (one contender id asking to write while it reads gets ``SB005``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
+
+from .client import Callback, Lock, _WaitSchedule, log
+from .errors import Error, SessionEndedError
+from .lease import monotonic, server_time
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["ReadWriteLock"]
+
+ACQUIRE_SQL = (
+    "SELECT g.granted IS TRUE AND g.mode = %(mode)s, g.fence, simba_epoch_us(g.acquired_at),"
+    " simba_epoch_us(g.ttl_at), simba_epoch_us(g.transition_at), simba_epoch_us(g.current_at), g.mode"
+    " FROM simba_rwlock_acquire(%(m)s, %(id)s, %(mode)s, %(ttl)s::int8 * interval '1 microsecond',"
+    " %(tr)s::int8 * interval '1 microsecond', %(s)s::uuid) AS g"
+)
+RELEASE_SQL = "SELECT simba_rwlock_release(%s, %s)"
+# A refused reader or a queued writer asks again this often at most (and
+# within half the lease, so a writer's place never lapses meanwhile).
+POLL_INTERVAL = 1.0
+
+
+class ReadWriteLock(Lock):
+    """One contender's read or write hold on a read-write lock (see
+    :meth:`simba.Client.read_lock` and :meth:`simba.Client.write_lock`):
+    ``acquire``/``release``/``with`` and everything else as a
+    :class:`~simba.Lock`'s; :attr:`mode` is ``"read"`` or ``"write"``."""
+
+    def __init__(self, client: "Client", name: str, mode: str, *, timeout: Optional[float] = None,
+                 contender_id: Optional[str] = None, on_lost: Optional[Callback] = None,
+                 on_suspended: Optional[Callback] = None, on_resumed: Optional[Callback] = None) -> None:
+        super().__init__(client, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
+                         on_suspended=on_suspended, on_resumed=on_resumed)
+        assert mode in ("read", "write")
+        self.mode = mode
+        self._waiting = False  # a writer queued by its last attempt
+        self._acquired_us = 0  # the hold held: acquired_at names it (a reader's fence may repeat)
+
+    def __repr__(self) -> str:
+        return f"<simba.ReadWriteLock {self.name!r} {self.mode} id={self.contender_id!r} owner={self.is_owner()}>"
+
+    def _call(self) -> Tuple[Sequence[Any], float]:
+        """simba_rwlock_acquire under the session (caller holds ``_op``)."""
+        c = self._client
+        with c._io:
+            if self._owed:  # a release owed from an earlier hold goes first
+                c._statement_locked(*self._release_statement())
+                self._owed = False
+            sid = c._session_id_locked()
+            try:
+                return c._statement_locked(ACQUIRE_SQL, {
+                    "m": self.name, "id": self.contender_id, "mode": self.mode, "ttl": c._ttl_us,
+                    "tr": c._tr_us, "s": sid})
+            except SessionEndedError as e:
+                c._forget_session(sid, str(e))
+                raise
+
+    def _attempt(self) -> "bool | None":
+        with self._op:
+            row, sent_at = self._call()
+        granted, fence, acquired_us, _, transition_us, current_us, mode = row
+        self._waiting = mode == "waiting"
+        if not granted:
+            return None
+        c = self._client
+        now = monotonic()
+        with c._mu:
+            lease = self._tenure.grant(self.name, self.contender_id, fence, server_time(acquired_us), sent_at,
+                                       transition_us, current_us, now)
+            self._acquired_us = acquired_us
+            if lease is None or c._closing:
+                # proved nothing (the reply came after its deadline): give it back
+                self._owed = True
+                c._locks.add(self)
+                c._io_wake.set()
+                return None
+            c._held.add(self)
+            self._granted = lease
+        c._wake_events()
+        return True
+
+    def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
+        schedule.retry_in(min(POLL_INTERVAL, self._client._ttl_us / 2e6))
+
+    def _gave_up(self) -> None:
+        """A writer whose wait ended without a hold leaves the queue (new
+        readers are refused while it waits)."""
+        if not self._waiting:
+            return
+        self._waiting = False
+        try:
+            self._client._statement(*self._release_statement())
+        except Error as e:
+            log.info("simba: withdrawing from the writers' queue of %r failed (the place lapses): %s", self.name, e)
+
+    def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
+        return RELEASE_SQL, (self.name, self.contender_id)
+
+    def _check(self) -> None:
+        """A NOTIFY of the lock's name (an operator's forced release among
+        them): the same call under the session checks the hold, which is
+        ours while it answers with the same fence and ``acquired_at``."""
+        c = self._client
+        with c._mu:
+            lease = self._tenure.lease
+            acquired_us = self._acquired_us
+            self._check_wanted = False
+        if lease is None:
+            return
+        if not self._op.acquire(blocking=False):
+            with c._mu:
+                self._check_wanted = True
+            return
+        try:
+            try:
+                row, _ = self._call()
+            except Error as e:
+                log.info("simba: check of %r failed: %s", self.name, e)
+                return
+            granted, fence, got_us = row[0], row[1], row[2]
+            with c._mu:
+                if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:
+                    return
+                if granted and fence == lease.fence and got_us == acquired_us:
+                    return
+                log.warning("simba: %s lock %r was taken from us", self.mode, self.name)
+                # what this very check was granted (a new hold, a writer's
+                # place) is given back, by id
+                self._lost_locked(self._tenure.end(), owed=True)
+        finally:
+            self._op.release()
