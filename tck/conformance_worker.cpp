@@ -1,6 +1,7 @@
 // The C++ client's worker for the conformance suite: the line protocol of
 // tck/conformance/README.md on stdin/stdout, over one factory (sessions on),
-// a simba::Locker per lock name and a simba::Semaphore's permits by key.
+// a simba::Locker per lock name, a simba::SharedLocker per read-write lock
+// and a simba::Semaphore's permits by key.
 //
 //   simba_tck_conformance_worker --conninfo CONNINFO [--listen-conninfo CONNINFO]
 //                                [--ttl-ms N] [--transition-ms N]
@@ -71,6 +72,16 @@ int main(int argc, char** argv) {
         }
         return *l;
     };
+    // A read-write lock's SharedLocker and the mode held ("read", "write", "").
+    std::map<std::string, std::pair<std::unique_ptr<simba::SharedLocker>, std::string>> rwlocks;
+    auto shared_locker = [&](const std::string& name) -> auto& {
+        auto& l = rwlocks[name];
+        if (!l.first) {
+            l.first = std::make_unique<simba::SharedLocker>(factory, name, simba::ContenderId::host(), lease);
+            l.first->on_lost([name] { say("event lost " + name); });
+        }
+        return l;
+    };
     simba::Semaphore semaphore(factory);
     std::map<std::string, std::optional<simba::Permit>> permits;  // declared after the semaphore: released first
     say("ready c++");
@@ -94,6 +105,26 @@ int main(int argc, char** argv) {
             } else if (cmd == "lease") {
                 const auto held = locker(name).lease();
                 say(held ? "ok held " + std::to_string(held->fence) : "ok none");
+            } else if (cmd == "rwlock") {
+                std::string mode;
+                long timeout_ms = 0;
+                in >> mode >> timeout_ms;
+                auto& [l, held] = shared_locker(name);
+                const auto timeout = std::chrono::milliseconds(timeout_ms);
+                if (mode != "read" && mode != "write") {
+                    say("err 22023 mode must be read or write");
+                } else if (mode == "read" ? l->try_lock_shared_for(timeout) : l->try_lock_for(timeout)) {
+                    held = mode;
+                    say("ok acquired " + std::to_string(l->fence()));
+                } else {
+                    say("ok timeout");
+                }
+            } else if (cmd == "rwunlock") {
+                auto& [l, held] = shared_locker(name);
+                if (held == "read") l->unlock_shared();
+                else if (held == "write") l->unlock();
+                held.clear();
+                say("ok released");
             } else if (cmd == "permit") {
                 int n = 0;
                 long timeout_ms = 0;
@@ -113,6 +144,7 @@ int main(int argc, char** argv) {
                 say("ok released");
             } else if (cmd == "quit") {
                 permits.clear();  // each Permit releases itself
+                rwlocks.clear();  // each SharedLocker releases what it holds
                 locks.clear();  // each Locker releases what it holds
                 say("ok bye");
                 return 0;

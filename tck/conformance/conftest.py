@@ -109,6 +109,14 @@ class Worker:
         r = self.call("lease", name).split()
         return int(r[1]) if r[0] == "held" else None
 
+    def rwlock(self, name: str, mode: str, timeout_s: float) -> Optional[int]:
+        """The fence of the read or write hold taken, or None on timeout."""
+        r = self.call("rwlock", name, mode, int(timeout_s * 1000)).split()
+        return int(r[1]) if r[0] == "acquired" else None
+
+    def rwunlock(self, name: str) -> None:
+        self.call("rwunlock", name)
+
     def permit(self, key: str, permits: int, timeout_s: float) -> Optional[int]:
         """The fence of a permit of `key` (at most `permits` holders), or None on timeout."""
         r = self.call("permit", key, permits, int(timeout_s * 1000)).split()
@@ -174,6 +182,12 @@ class Harness:
         """Live entries of mutex `name`'s fair queue on the server's clock."""
         return self.sql("SELECT count(*) FROM simba_mutex_queue q, simba_clock() c"
                         " WHERE q.mutex = %s AND q.transition_at > c.now", name)[0]
+
+    def server_rwlock(self, name: str) -> Tuple[str, int]:
+        """(mode, live holders) of read-write lock `name` on the server."""
+        row = self.sql("SELECT mode, coalesce(cardinality(holders), 0) FROM simba_rwlock_status"
+                       " WHERE rwlock = %s", name)
+        return (row[0], row[1]) if row else ("free", 0)
 
     def server_permits(self, key: str) -> int:
         """Live permits of `key` on the server's clock."""

@@ -244,3 +244,58 @@ def test_fair_waiters_are_granted_in_arrival_order(h, name, kinds):
     assert [i for i, _ in order] == [0, 1, 2], f"granted out of arrival order: {order}"
     assert all(a < b for (_, a), (_, b) in zip(order, order[1:]))
     assert h.server_fence(name) is None and h.server_queue(name) == 0
+
+
+@pytest.mark.parametrize("kinds", mixes())
+def test_readers_share_and_a_writer_is_alone(h, name, kinds):
+    """Four workers × 8 rounds on one read-write lock, each round a read
+    (two in three) or a write: no write hold beside any other hold, no read
+    hold beside a write hold; writers' fences strictly increase; a reader's
+    fence is a writer's (the write epoch) or 0 before any; readers overlap."""
+    workers = [h.worker(k) for k in kinds]
+    mu = threading.Lock()
+    readers, writer = set(), [None]
+    write_fences, read_fences = [], []
+    most_readers = [0]
+    failures = []
+
+    def run(i, w):
+        rnd = random.Random(i)
+        try:
+            for _ in range(8):
+                mode = "write" if rnd.random() < 1 / 3 else "read"
+                fence = w.rwlock(name, mode, 20)
+                assert fence is not None, f"{w.kind}: no {mode} hold within 20 s"
+                me = (i, fence)
+                with mu:
+                    if writer[0] is not None or (mode == "write" and readers):
+                        failures.append(f"{w.kind} got a {mode} hold (fence {fence}) beside"
+                                        f" writer {writer[0]}, readers {sorted(readers)}")
+                    if mode == "write":
+                        writer[0] = me
+                        write_fences.append(fence)
+                    else:
+                        readers.add(me)
+                        read_fences.append(fence)
+                        most_readers[0] = max(most_readers[0], len(readers))
+                time.sleep(rnd.uniform(0.02, 0.06))  # act on it
+                with mu:  # before the unlock is sent: from here on it does not act
+                    if mode == "write":
+                        writer[0] = None
+                    else:
+                        readers.discard(me)
+                w.rwunlock(name)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert write_fences and read_fences, "both modes should have been held"
+    assert all(a < b for a, b in zip(write_fences, write_fences[1:])), f"write fences out of order: {write_fences}"
+    assert set(read_fences) <= set(write_fences) | {0}, "a reader's fence that no writer had"
+    assert most_readers[0] >= 2, "readers never shared the lock"
+    assert h.server_rwlock(name) == ("free", 0)

@@ -1,6 +1,7 @@
 """The Python client's worker for the conformance suite: the line protocol of
 tck/conformance/README.md on stdin/stdout, over one ``simba.Client`` (one
-session), a ``simba.Lock`` per lock name and ``simba.Permit`` s by key.
+session), a ``simba.Lock`` per lock name, a read and a write
+``simba.ReadWriteLock`` per read-write lock and ``simba.Permit`` s by key.
 
     python3 tck/conformance/worker.py --conninfo CONNINFO [--listen-conninfo CONNINFO]
                                       [--ttl-ms N] [--transition-ms N]
@@ -37,6 +38,8 @@ def main() -> int:
                           reconnect_initial=0.05, reconnect_max=0.5, **pooled)
     locks = {}
     permits = {}
+    rwlocks = {}  # name -> (mode -> its ReadWriteLock), and the one held
+    rw_held = {}
 
     def lock_of(name: str, fair: bool = False) -> simba.Lock:
         """A name's Lock is made by its first lock command, fair or not."""
@@ -61,6 +64,26 @@ def main() -> int:
             elif cmd == "lease":
                 lease = lock_of(name).lease
                 say(f"ok held {lease.fence}" if lease else "ok none")
+            elif cmd == "rwlock":
+                mode, timeout_s = words[2], int(words[3]) / 1000
+                if mode not in ("read", "write"):
+                    say("err 22023 mode must be read or write")
+                    continue
+                by_mode = rwlocks.setdefault(name, {})
+                if mode not in by_mode:
+                    make = client.read_lock if mode == "read" else client.write_lock
+                    by_mode[mode] = make(name, on_lost=lambda lease, name=name: say(f"event lost {name}"))
+                lk = by_mode[mode]
+                if lk.acquire(timeout=timeout_s):
+                    rw_held[name] = lk
+                    say(f"ok acquired {lk.fence}")
+                else:
+                    say("ok timeout")
+            elif cmd == "rwunlock":
+                held = rw_held.pop(name, None)
+                if held is not None:
+                    held.release()
+                say("ok released")
             elif cmd == "permit":
                 sem = client.semaphore(name, int(words[2]), on_lost=lambda lease, name=name: say(f"event lost {name}"))
                 permit = sem.acquire(timeout=int(words[3]) / 1000)
