@@ -1336,13 +1336,17 @@ class Lock:
         """The wait ended without a hold: a fair waiter leaves the queue (its
         place goes to the next), else it would hold the queue up until its
         entry lapsed."""
-        if not (self.fair and self._queued):
-            return
-        self._queued = False
+        if self.fair and self._queued:
+            self._queued = False
+            self._withdraw()
+
+    def _withdraw(self) -> None:
+        """Leaves the queue the last attempt left this contender in (by its
+        release statement); if that fails, the place lapses by itself."""
         try:
             self._client._statement(*self._release_statement())
         except Error as e:
-            log.info("simba: withdrawing from the queue of %r failed (the place lapses): %s", self.name, e)
+            log.info("simba: leaving the queue of %r failed (the place lapses): %s", self.name, e)
 
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         """The statement that gives the hold back (by id: it also serves an
@@ -1387,25 +1391,39 @@ class Lock:
     def _apply_reply(self, row: Sequence[Any], sent_at: float) -> "bool | _Owner":
         """An acquire's reply, sent at ``sent_at``: True when it granted a
         tenure held from now on, else the owner row as it stands."""
-        c = self._client
         owner = _Owner(row, sent_at)
         if owner.owner_id != self.contender_id:
             return owner
+        if not self._claim(owner.fence, server_time(owner.acquired_at), sent_at, owner.transition_at,
+                           owner.current_at):
+            return owner
+        return True
+
+    def _claim(self, fence: int, acquired_at: Any, sent_at: float, transition_at_us: int,
+               current_at_us: int) -> bool:
+        """A reply sent at ``sent_at`` granted a tenure: held from now on
+        (True), or given back by id when it proved nothing (it came after
+        its deadline) or the client is closing (False)."""
+        c = self._client
         now = monotonic()
         with c._mu:
-            lease = self._tenure.grant(self.name, self.contender_id, owner.fence,
-                                       server_time(owner.acquired_at), sent_at,
-                                       owner.transition_at, owner.current_at, now)
+            lease = self._tenure.grant(self.name, self.contender_id, fence, acquired_at, sent_at,
+                                       transition_at_us, current_at_us, now)
             if lease is None or c._closing:
-                # proved nothing (the reply came after its deadline): give it back
-                self._owed = True
-                c._locks.add(self)
-                c._io_wake.set()
-                return owner
+                self._owe_locked()
+                return False
             c._held.add(self)
             self._granted = lease
         c._wake_events()
         return True
+
+    def _owe_locked(self) -> None:
+        """A release by id goes to the server before anything else of this
+        lock (caller holds the client's ``_mu``); the I/O thread sends it."""
+        c = self._client
+        self._owed = True
+        c._locks.add(self)
+        c._io_wake.set()
 
     # ------------------------------------------------------------ release
 
@@ -1465,9 +1483,7 @@ class Lock:
         c._held.discard(self)
         self._check_wanted = False
         if owed:  # the server may still count it (under the live session)
-            self._owed = True
-            c._locks.add(self)
-            c._io_wake.set()
+            self._owe_locked()
         if lease is not None and self._on_lost is not None:
             c._post(self._on_lost, lease)
 

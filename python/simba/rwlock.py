@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from .client import Callback, Lock, _WaitSchedule, log
 from .errors import Error, SessionEndedError
-from .lease import monotonic, server_time
+from .lease import server_time
 
 if TYPE_CHECKING:
     from .client import Client
@@ -87,22 +87,9 @@ class ReadWriteLock(Lock):
         self._waiting = mode == "waiting"
         if not granted:
             return None
-        c = self._client
-        now = monotonic()
-        with c._mu:
-            lease = self._tenure.grant(self.name, self.contender_id, fence, server_time(acquired_us), sent_at,
-                                       transition_us, current_us, now)
+        with self._client._mu:
             self._acquired_us = acquired_us
-            if lease is None or c._closing:
-                # proved nothing (the reply came after its deadline): give it back
-                self._owed = True
-                c._locks.add(self)
-                c._io_wake.set()
-                return None
-            c._held.add(self)
-            self._granted = lease
-        c._wake_events()
-        return True
+        return True if self._claim(fence, server_time(acquired_us), sent_at, transition_us, current_us) else None
 
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         schedule.retry_in(min(POLL_INTERVAL, self._client._ttl_us / 2e6))
@@ -110,13 +97,9 @@ class ReadWriteLock(Lock):
     def _gave_up(self) -> None:
         """A writer whose wait ended without a hold leaves the queue (new
         readers are refused while it waits)."""
-        if not self._waiting:
-            return
-        self._waiting = False
-        try:
-            self._client._statement(*self._release_statement())
-        except Error as e:
-            log.info("simba: withdrawing from the writers' queue of %r failed (the place lapses): %s", self.name, e)
+        if self._waiting:
+            self._waiting = False
+            self._withdraw()
 
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         return RELEASE_SQL, (self.name, self.contender_id)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 from . import errors
 from .client import Callback, Lock, _WaitSchedule
 from .errors import LockTimeoutError, SessionEndedError
-from .lease import Lease, monotonic, server_time
+from .lease import Lease, server_time
 
 if TYPE_CHECKING:
     from .client import Client
@@ -88,25 +88,16 @@ class Permit(Lock):
         if token is None:
             return None
         c = self._client
-        now = monotonic()
         with c._mu:
             self.token, self.slot = token, slot
             session = c._session
-            # It lives exactly as long as the session it was granted under.
-            lease = None
-            if session is not None and session.id == sid and not c._closing:
-                lease = self._tenure.grant(self.name, self.contender_id, fence, server_time(granted_us),
-                                           session.sent_at, session.transition_at, session.current_at, now)
-            if lease is None:
-                # the session's proof ran out meanwhile: give it back
-                self._owed = True
-                c._locks.add(self)
-                c._io_wake.set()
+            if session is None or session.id != sid:  # it ended meanwhile: give the permit back
+                self._owe_locked()
                 return None
-            c._held.add(self)
-            self._granted = lease
-        c._wake_events()
-        return True
+        # It lives exactly as long as the session it was granted under.
+        granted = self._claim(fence, server_time(granted_us), session.sent_at, session.transition_at,
+                              session.current_at)
+        return True if granted else None
 
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         schedule.retry_in(POLL_INTERVAL)
