@@ -1488,8 +1488,9 @@ class Lock:
             c._post(self._on_lost, lease)
 
     def _check(self) -> None:
-        """Asks the server whether the held tenure is still ours
-        (``simba_renew``: it never grants)."""
+        """Asks the server whether the held tenure is still ours (on a NOTIFY
+        of its name or a grown ``revoked`` count); a tenure that is not is
+        lost. One check at a time, never beside the lock's own statement."""
         c = self._client
         with c._mu:
             lease = self._tenure.lease
@@ -1501,24 +1502,28 @@ class Lock:
                 self._check_wanted = True
             return
         try:
-            try:
-                row, sent_at = c._statement(RENEW_SQL, {"m": self.name, "id": self.contender_id, "f": lease.fence,
-                                                        "ttl": c._ttl_us, "tr": c._tr_us})
-            except Error as e:
-                log.info("simba: check of %r failed: %s", self.name, e)
-                return
-            owner = _Owner(row, sent_at)
-            with c._mu:
-                if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:
-                    return
-                if owner.owner_id == self.contender_id and owner.fence == lease.fence:
-                    self._tenure.renew(sent_at, owner.transition_at, owner.current_at, monotonic())
-                    return
-                log.warning("simba: lock %r was taken from us (now %r, fence %s)", self.name,
-                            owner.owner_id, owner.fence)
-                self._lost_locked(self._tenure.end(), owed=False)
+            self._verify(lease)
+        except Error as e:
+            log.info("simba: check of %r failed: %s", self.name, e)
         finally:
             self._op.release()
+
+    def _verify(self, lease: Lease) -> None:
+        """``_check``'s question (caller holds ``_op``): ``simba_renew`` by
+        the fence, which never grants."""
+        c = self._client
+        row, sent_at = c._statement(RENEW_SQL, {"m": self.name, "id": self.contender_id, "f": lease.fence,
+                                                "ttl": c._ttl_us, "tr": c._tr_us})
+        owner = _Owner(row, sent_at)
+        with c._mu:
+            if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:
+                return
+            if owner.owner_id == self.contender_id and owner.fence == lease.fence:
+                self._tenure.renew(sent_at, owner.transition_at, owner.current_at, monotonic())
+                return
+            log.warning("simba: lock %r was taken from us (now %r, fence %s)", self.name,
+                        owner.owner_id, owner.fence)
+            self._lost_locked(self._tenure.end(), owed=False)
 
     def _background(self) -> None:
         """The I/O thread's work for this lock: an owed release, a check."""

@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from .client import Callback, Lock, _WaitSchedule, log
-from .errors import Error, SessionEndedError
-from .lease import server_time
+from .errors import SessionEndedError
+from .lease import Lease, server_time
 
 if TYPE_CHECKING:
     from .client import Client
@@ -104,36 +104,19 @@ class ReadWriteLock(Lock):
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         return RELEASE_SQL, (self.name, self.contender_id)
 
-    def _check(self) -> None:
-        """A NOTIFY of the lock's name (an operator's forced release among
-        them): the same call under the session checks the hold, which is
-        ours while it answers with the same fence and ``acquired_at``."""
+    def _verify(self, lease: Lease) -> None:
+        """The same call under the session checks the hold, which is ours
+        while it answers with the same fence and ``acquired_at``."""
         c = self._client
         with c._mu:
-            lease = self._tenure.lease
             acquired_us = self._acquired_us
-            self._check_wanted = False
-        if lease is None:
-            return
-        if not self._op.acquire(blocking=False):
-            with c._mu:
-                self._check_wanted = True
-            return
-        try:
-            try:
-                row, _ = self._call()
-            except Error as e:
-                log.info("simba: check of %r failed: %s", self.name, e)
+        row, _ = self._call()
+        granted, fence, got_us = row[0], row[1], row[2]
+        with c._mu:
+            if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:
                 return
-            granted, fence, got_us = row[0], row[1], row[2]
-            with c._mu:
-                if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:
-                    return
-                if granted and fence == lease.fence and got_us == acquired_us:
-                    return
-                log.warning("simba: %s lock %r was taken from us", self.mode, self.name)
-                # what this very check was granted (a new hold, a writer's
-                # place) is given back, by id
-                self._lost_locked(self._tenure.end(), owed=True)
-        finally:
-            self._op.release()
+            if granted and fence == lease.fence and got_us == acquired_us:
+                return
+            log.warning("simba: %s lock %r was taken from us", self.mode, self.name)
+            # what this very check was granted (a new hold, a writer's place) is given back, by id
+            self._lost_locked(self._tenure.end(), owed=True)

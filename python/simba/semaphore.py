@@ -105,11 +105,9 @@ class Permit(Lock):
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         return RELEASE_SQL, (self.name, self.token)
 
-    def _check(self) -> None:
-        """A NOTIFY of the key is another permit's release: nothing to
-        check (a permit ends with its session, which the keepalive sees)."""
-        with self._client._mu:
-            self._check_wanted = False
+    def _verify(self, lease: Lease) -> None:
+        """A NOTIFY of the key is another permit's release: nothing to ask
+        (a permit ends with its session, which the keepalive sees)."""
 
 
 class Semaphore:
