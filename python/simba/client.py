@@ -1358,20 +1358,29 @@ class Lock:
         row as it stands."""
         c = self._client
         with self._op:
-            with c._io:
-                if self._owed:  # a release by id owed from an earlier tenure goes first
-                    c._statement_locked(*self._release_statement())
-                    self._owed = False
-                sid = c._session_id_locked()
-                try:
-                    row, sent_at = c._statement_locked(FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL, {
-                        "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us, "s": sid})
-                except SessionEndedError as e:
-                    c._forget_session(sid, str(e))
-                    raise
+            row, sent_at, _ = self._under_session(FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL, {
+                "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us})
             if self.fair:
                 self._fair_reply(row[8], row[9])
             return self._apply_reply(row, sent_at)
+
+    def _under_session(self, sql: str, params: Dict[str, Any]) -> Tuple[Any, float, str]:
+        """An attempt's statement (caller holds ``_op``): a release owed from
+        an earlier tenure first, then ``sql`` with the session's id as
+        ``%(s)s`` (opening one if none is open). Returns (row, send time,
+        session id); a session the server says ended is forgotten."""
+        c = self._client
+        with c._io:
+            if self._owed:
+                c._statement_locked(*self._release_statement())
+                self._owed = False
+            sid = c._session_id_locked()
+            try:
+                row, sent_at = c._statement_locked(sql, dict(params, s=sid))
+            except SessionEndedError as e:
+                c._forget_session(sid, str(e))
+                raise
+        return row, sent_at, sid
 
     def _fair_reply(self, position: Optional[int], channel: Optional[str]) -> None:
         """A fair attempt's place and wake channel: listened to while queued."""

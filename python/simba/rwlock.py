@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from .client import Callback, Lock, _WaitSchedule, log
-from .errors import SessionEndedError
 from .lease import Lease, server_time
 
 if TYPE_CHECKING:
@@ -67,18 +66,9 @@ class ReadWriteLock(Lock):
     def _call(self) -> Tuple[Sequence[Any], float]:
         """simba_rwlock_acquire under the session (caller holds ``_op``)."""
         c = self._client
-        with c._io:
-            if self._owed:  # a release owed from an earlier hold goes first
-                c._statement_locked(*self._release_statement())
-                self._owed = False
-            sid = c._session_id_locked()
-            try:
-                return c._statement_locked(ACQUIRE_SQL, {
-                    "m": self.name, "id": self.contender_id, "mode": self.mode, "ttl": c._ttl_us,
-                    "tr": c._tr_us, "s": sid})
-            except SessionEndedError as e:
-                c._forget_session(sid, str(e))
-                raise
+        row, sent_at, _ = self._under_session(ACQUIRE_SQL, {
+            "m": self.name, "id": self.contender_id, "mode": self.mode, "ttl": c._ttl_us, "tr": c._tr_us})
+        return row, sent_at
 
     def _attempt(self) -> "bool | None":
         with self._op:

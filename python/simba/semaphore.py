@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from . import errors
 from .client import Callback, Lock, _WaitSchedule
-from .errors import LockTimeoutError, SessionEndedError
+from .errors import LockTimeoutError
 from .lease import Lease, server_time
 
 if TYPE_CHECKING:
@@ -64,21 +64,11 @@ class Permit(Lock):
         return lease
 
     def _attempt(self) -> "bool | None":
-        c = self._client
         s = self._semaphore
         with self._op:
-            with c._io:
-                if self._owed:  # a permit owed from an earlier tenure goes back first
-                    c._statement_locked(*self._release_statement())
-                    self._owed = False
-                sid = c._session_id_locked()
-                try:
-                    row, sent_at = c._statement_locked(ACQUIRE_SQL, {
-                        "k": self.name, "h": self.contender_id, "n": s.permits, "ttl": c._ttl_us,
-                        "ctx": s.context, "s": sid})
-                except SessionEndedError as e:
-                    c._forget_session(sid, str(e))
-                    raise
+            row, _, sid = self._under_session(ACQUIRE_SQL, {
+                "k": self.name, "h": self.contender_id, "n": s.permits, "ttl": self._client._ttl_us,
+                "ctx": s.context})
             return self._apply_permit(row, sid)
 
     def _apply_permit(self, row: Sequence[Any], sid: str) -> "bool | None":
