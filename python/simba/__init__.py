@@ -32,6 +32,7 @@ from .errors import (
 )
 from .fencing import fence_check
 from .lease import Lease
+from .multi import MultiLock
 from .rwlock import ReadWriteLock
 from .semaphore import Permit, Semaphore
 
@@ -44,6 +45,7 @@ __all__ = [
     "Semaphore",
     "Permit",
     "ReadWriteLock",
+    "MultiLock",
     "Lease",
     "fence_check",
     "errors",

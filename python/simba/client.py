@@ -47,6 +47,7 @@ from .lease import Lease, Tenure, keepalive_delay, margin, monotonic, server_tim
 
 if TYPE_CHECKING:
     from .election import Election
+    from .multi import MultiLock
     from .rwlock import ReadWriteLock
     from .semaphore import Semaphore
 
@@ -386,6 +387,17 @@ class Client:
         from .election import Election  # it imports this module
 
         return Election(self, name, value=value, on_lost=on_lost)
+
+    def multi_lock(self, names: Sequence[str], *, timeout: Optional[float] = None,
+                   contender_id: Optional[str] = None, on_lost: Optional[Callback] = None,
+                   on_suspended: Optional[Callback] = None, on_resumed: Optional[Callback] = None) -> "MultiLock":
+        """Every mutex of ``names`` at once, or none (``simba_acquire_all``;
+        see :class:`~simba.multi.MultiLock`; arguments as :meth:`lock`):
+        1 to 1,000 distinct names."""
+        from .multi import MultiLock  # it imports this module
+
+        return MultiLock(self, names, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
+                         on_suspended=on_suspended, on_resumed=on_resumed)
 
     def read_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
                   on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
@@ -891,7 +903,7 @@ class Client:
                 for w in ws:
                     w.event.set()
             for lk in self._held:
-                if name is None or lk.name == name:
+                if name is None or name in lk._names:
                     # the holder checks its tenure: an operator's forced release NOTIFYs
                     if name is not None:
                         lk._check_wanted = True
@@ -1176,6 +1188,7 @@ class Lock:
                  on_suspended: Optional[Callback] = None, on_resumed: Optional[Callback] = None,
                  fair: bool = False) -> None:
         self.name = errors.validate_name(name, "mutex")
+        self._names: Tuple[str, ...] = (self.name,)  # the mutexes whose NOTIFYs concern this lock
         self.fair = fair
         self.contender_id = errors.validate_name(contender_id or _contender_id(), "contender_id")
         self.timeout = timeout
@@ -1277,6 +1290,7 @@ class Lock:
         # once more, so a release between the losing attempt and the
         # registration is not missed.
         waiter: Optional[_Waiter] = None
+        waiters: List[Tuple[str, _Waiter]] = []  # one event, woken by a NOTIFY of any of the names
         schedule = _WaitSchedule(self.contender_id, c.notify_min_interval)
         try:
             while True:
@@ -1304,7 +1318,9 @@ class Lock:
                         return False
                     self._lost_to(schedule, owner)
                 if waiter is None:
-                    waiter = c._add_waiter(self.name)
+                    waiter = c._add_waiter(self._names[0])
+                    waiters = [(self._names[0], waiter)]
+                    waiters += [(n, c._add_waiter(n, waiter.event)) for n in self._names[1:]]
                 # wait: a NOTIFY (rate-limited) or the poll backstop
                 while True:
                     now = monotonic()
@@ -1320,8 +1336,8 @@ class Lock:
                         waiter.event.clear()
                         schedule.notified()
         finally:
-            if waiter is not None:
-                c._remove_waiter(self.name, waiter)
+            for n, w in waiters:
+                c._remove_waiter(n, w)
             if self._channel is not None:
                 c._want_channel(self._channel, False)
                 self._channel = None
@@ -1364,7 +1380,7 @@ class Lock:
                 self._fair_reply(row[8], row[9])
             return self._apply_reply(row, sent_at)
 
-    def _under_session(self, sql: str, params: Dict[str, Any]) -> Tuple[Any, float, str]:
+    def _under_session(self, sql: str, params: Dict[str, Any], *, one: bool = True) -> Tuple[Any, float, str]:
         """An attempt's statement (caller holds ``_op``): a release owed from
         an earlier tenure first, then ``sql`` with the session's id as
         ``%(s)s`` (opening one if none is open). Returns (row, send time,
@@ -1376,7 +1392,7 @@ class Lock:
                 self._owed = False
             sid = c._session_id_locked()
             try:
-                row, sent_at = c._statement_locked(sql, dict(params, s=sid))
+                row, sent_at = c._statement_locked(sql, dict(params, s=sid), one=one)
             except SessionEndedError as e:
                 c._forget_session(sid, str(e))
                 raise
