@@ -828,7 +828,9 @@ class Client:
                     self._cut(self._listen_inflight[1])
                     self._listen_inflight = None
                 for lk in self._held.due(now):
-                    lk._lost_locked(lk._tenure.end(), owed=True)
+                    ended = lk._tenure.end()
+                    if ended is not None:
+                        lk._lost_locked(ended, owed=True)
 
     def _cut(self, fd: int) -> None:
         """Shuts down the socket of a statement past its watchdog deadline (a
@@ -1045,7 +1047,7 @@ class Client:
             self._listen_exec(conn, f'UNLISTEN "{ch}"')
         with self._mu:
             self._listening = (self._listening | set(listen)) - set(unlisten)
-        for ch in listen:
+        if listen:
             self._wake(None)  # a wake-up before the LISTEN took effect was not heard
         refused: List[str] = []
         try:
