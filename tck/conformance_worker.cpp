@@ -1,7 +1,7 @@
 // The C++ client's worker for the conformance suite: the line protocol of
 // tck/conformance/README.md on stdin/stdout, over one factory (sessions on),
-// a simba::Locker per lock name, a simba::SharedLocker per read-write lock
-// and a simba::Semaphore's permits by key.
+// a simba::Locker per lock name, a simba::SharedLocker per read-write lock,
+// a simba::MultiLocker per set of names and a simba::Semaphore's permits.
 //
 //   simba_tck_conformance_worker --conninfo CONNINFO [--listen-conninfo CONNINFO]
 //                                [--ttl-ms N] [--transition-ms N]
@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "simba/simba.hpp"
 
@@ -82,6 +83,19 @@ int main(int argc, char** argv) {
         }
         return l;
     };
+    // A set's MultiLocker, by the comma-separated names it was asked with.
+    std::map<std::string, std::unique_ptr<simba::MultiLocker>> multis;
+    auto multi_locker = [&](const std::string& names) -> simba::MultiLocker& {
+        auto& l = multis[names];
+        if (!l) {
+            std::vector<std::string> members;
+            std::istringstream list(names);
+            for (std::string m; std::getline(list, m, ',');) members.push_back(m);
+            l = std::make_unique<simba::MultiLocker>(factory, members, simba::ContenderId::host(), lease);
+            l->on_lost([names] { say("event lost " + names); });
+        }
+        return *l;
+    };
     simba::Semaphore semaphore(factory);
     std::map<std::string, std::optional<simba::Permit>> permits;  // declared after the semaphore: released first
     say("ready c++");
@@ -125,6 +139,22 @@ int main(int argc, char** argv) {
                 else if (held == "write") l->unlock();
                 held.clear();
                 say("ok released");
+            } else if (cmd == "multilock") {
+                long timeout_ms = 0;
+                in >> timeout_ms;
+                auto& l = multi_locker(name);
+                if (l.try_lock_for(std::chrono::milliseconds(timeout_ms))) {
+                    const auto held = l.lease();  // one read: the loop must not outlive it
+                    std::string fences;
+                    for (const auto& [m, f] : held ? held->fences : decltype(held->fences){})
+                        fences += (fences.empty() ? "" : ",") + std::to_string(f);
+                    say(held ? "ok acquired " + fences : "err XX000 the multi-lock was lost as it was taken");
+                } else {
+                    say("ok timeout");
+                }
+            } else if (cmd == "multiunlock") {
+                multi_locker(name).unlock();
+                say("ok released");
             } else if (cmd == "permit") {
                 int n = 0;
                 long timeout_ms = 0;
@@ -145,6 +175,7 @@ int main(int argc, char** argv) {
             } else if (cmd == "quit") {
                 permits.clear();  // each Permit releases itself
                 rwlocks.clear();  // each SharedLocker releases what it holds
+                multis.clear();  // each MultiLocker releases what it holds
                 locks.clear();  // each Locker releases what it holds
                 say("ok bye");
                 return 0;

@@ -109,6 +109,15 @@ class Worker:
         r = self.call("lease", name).split()
         return int(r[1]) if r[0] == "held" else None
 
+    def multilock(self, names: List[str], timeout_s: float) -> Optional[Dict[str, int]]:
+        """Each member's fence of the multi-lock taken, or None on timeout."""
+        members = sorted(names, key=lambda n: n.encode())
+        r = self.call("multilock", ",".join(members), int(timeout_s * 1000)).split()
+        return dict(zip(members, map(int, r[1].split(",")))) if r[0] == "acquired" else None
+
+    def multiunlock(self, names: List[str]) -> None:
+        self.call("multiunlock", ",".join(sorted(names, key=lambda n: n.encode())))
+
     def rwlock(self, name: str, mode: str, timeout_s: float) -> Optional[int]:
         """The fence of the read or write hold taken, or None on timeout."""
         r = self.call("rwlock", name, mode, int(timeout_s * 1000)).split()

@@ -299,3 +299,58 @@ def test_readers_share_and_a_writer_is_alone(h, name, kinds):
     assert set(read_fences) <= set(write_fences) | {0}, "a reader's fence that no writer had"
     assert most_readers[0] >= 2, "readers never shared the lock"
     assert h.server_rwlock(name) == ("free", 0)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_multi_lock_holds_all_or_nothing(h, name, a, b):
+    x, y = f"{name}-x", f"{name}-y"
+    wa, wb = h.worker(a), h.worker(b)
+    fx = wa.lock(x, 10)
+    assert fx is not None
+    assert wb.multilock([x, y], 0.3) is None, "a multi-lock over a held member"
+    assert h.server_fence(y) is None, "a refused multi-lock took a member"
+    wa.unlock(x)
+    fences = wb.multilock([x, y], 10)
+    assert fences is not None, "no multi-lock of two free mutexes within 10 s"
+    assert fences[x] > fx and h.server_fence(x) == fences[x] and h.server_fence(y) == fences[y]
+    assert wa.lock(y, 0.3) is None, "a member of a held multi-lock taken by another"
+    wb.multiunlock([x, y])
+    assert h.server_fence(x) is None and h.server_fence(y) is None
+
+
+@pytest.mark.parametrize("kinds", mixes())
+def test_overlapping_multi_locks_exclude_and_never_deadlock(h, name, kinds):
+    """Four workers × 6 rounds, each on two of three mutexes (a ring of
+    overlapping sets): no member held by two at once, every round done."""
+    ring = [f"{name}-{i}" for i in range(3)]
+    workers = [h.worker(k) for k in kinds]
+    mu = threading.Lock()
+    holding = {}
+    failures = []
+
+    def run(i, w):
+        names = [ring[i % 3], ring[(i + 1) % 3]]
+        try:
+            for _ in range(6):
+                fences = w.multilock(names, 20)
+                assert fences is not None, f"{w.kind}: no multi-lock within 20 s"
+                with mu:
+                    for m in names:
+                        if m in holding:
+                            failures.append(f"{w.kind} holds {m} (fence {fences[m]}) beside worker {holding[m]}")
+                        holding[m] = i
+                time.sleep(random.uniform(0.01, 0.04))  # act on them
+                with mu:  # before the unlock is sent: from here on it does not act
+                    for m in names:
+                        holding.pop(m, None)
+                w.multiunlock(names)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert all(h.server_fence(m) is None for m in ring)

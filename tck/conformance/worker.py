@@ -1,7 +1,8 @@
 """The Python client's worker for the conformance suite: the line protocol of
 tck/conformance/README.md on stdin/stdout, over one ``simba.Client`` (one
 session), a ``simba.Lock`` per lock name, a read and a write
-``simba.ReadWriteLock`` per read-write lock and ``simba.Permit`` s by key.
+``simba.ReadWriteLock`` per read-write lock, a ``simba.MultiLock`` per set
+of names and ``simba.Permit`` s by key.
 
     python3 tck/conformance/worker.py --conninfo CONNINFO [--listen-conninfo CONNINFO]
                                       [--ttl-ms N] [--transition-ms N]
@@ -38,6 +39,7 @@ def main() -> int:
                           reconnect_initial=0.05, reconnect_max=0.5, **pooled)
     locks = {}
     permits = {}
+    multis = {}  # comma-separated names -> their MultiLock
     rwlocks = {}  # name -> (mode -> its ReadWriteLock), and the one held
     rw_held = {}
 
@@ -64,6 +66,19 @@ def main() -> int:
             elif cmd == "lease":
                 lease = lock_of(name).lease
                 say(f"ok held {lease.fence}" if lease else "ok none")
+            elif cmd == "multilock":
+                if name not in multis:
+                    multis[name] = client.multi_lock(name.split(","),
+                                                     on_lost=lambda lease, name=name: say(f"event lost {name}"))
+                lk = multis[name]
+                if lk.acquire(timeout=int(words[2]) / 1000):
+                    fences = lk.fences
+                    say("ok acquired " + ",".join(str(fences[m]) for m in lk.names))
+                else:
+                    say("ok timeout")
+            elif cmd == "multiunlock":
+                multis[name].release()
+                say("ok released")
             elif cmd == "rwlock":
                 mode, timeout_s = words[2], int(words[3]) / 1000
                 if mode not in ("read", "write"):
