@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psycopg
 import pytest
@@ -230,6 +230,26 @@ def h(admin):
 @pytest.fixture
 def name():
     return f"conformance-{uuid.uuid4().hex[:12]}"
+
+
+def concurrently(workers: List[Worker], run: Callable[[int, Worker], None]) -> List[str]:
+    """Runs run(i, worker) for every worker, each on a thread of its own,
+    and waits for all; returns the AssertionErrors they raised, as text (one
+    worker's failure does not stop the others)."""
+    errors: List[str] = []
+
+    def one(i: int, w: Worker) -> None:
+        try:
+            run(i, w)
+        except AssertionError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=one, args=(i, w)) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 def elapsed_since(t0: float) -> float:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import KINDS, LEASE_S, PAIRS, elapsed_since
+from conftest import KINDS, LEASE_S, PAIRS, concurrently, elapsed_since
 
 SLACK_S = 2.5  # a loaded 2-core machine: scheduling, a reconnect, a poll
 
@@ -31,28 +31,21 @@ def test_one_holder_at_a_time_and_fences_increase(h, name, kinds):
     fences = []
     failures = []
 
-    def run(w):
-        try:
-            for _ in range(rounds):
-                fence = w.lock(name, 20)
-                assert fence is not None, f"{w.kind}: no hold within 20 s"
-                with mu:
-                    if holder[0] is not None:
-                        failures.append(f"{w.kind} acquired fence {fence} while {holder[0]} held")
-                    holder[0] = f"{w.kind} (fence {fence})"
-                    fences.append(fence)
-                time.sleep(random.uniform(0, 0.01))  # act on it
-                with mu:
-                    holder[0] = None  # before the unlock is sent: from here on it does not act
-                w.unlock(name)
-        except AssertionError as e:
-            failures.append(str(e))
+    def run(i, w):
+        for _ in range(rounds):
+            fence = w.lock(name, 20)
+            assert fence is not None, f"{w.kind}: no hold within 20 s"
+            with mu:
+                if holder[0] is not None:
+                    failures.append(f"{w.kind} acquired fence {fence} while {holder[0]} held")
+                holder[0] = f"{w.kind} (fence {fence})"
+                fences.append(fence)
+            time.sleep(random.uniform(0, 0.01))  # act on it
+            with mu:
+                holder[0] = None  # before the unlock is sent: from here on it does not act
+            w.unlock(name)
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures += concurrently(workers, run)
     assert failures == []
     assert len(fences) == rounds * len(workers)
     assert all(a < b for a, b in zip(fences, fences[1:])), f"fences out of order: {fences}"
@@ -162,29 +155,22 @@ def test_at_most_n_permit_holders(h, name, kinds):
     fences = []
     failures = []
 
-    def run(w):
-        try:
-            for _ in range(6):
-                fence = w.permit(name, 2, 20)
-                assert fence is not None, f"{w.kind}: no permit within 20 s"
-                with mu:
-                    holding.add(fence)
-                    most[0] = max(most[0], len(holding))
-                    if len(holding) > 2:
-                        failures.append(f"{w.kind} got permit {fence} while {sorted(holding - {fence})} held")
-                    fences.append(fence)
-                time.sleep(random.uniform(0.02, 0.06))  # act on it
-                with mu:
-                    holding.discard(fence)  # before the release is sent: from here on it does not act
-                w.unpermit(name)
-        except AssertionError as e:
-            failures.append(str(e))
+    def run(i, w):
+        for _ in range(6):
+            fence = w.permit(name, 2, 20)
+            assert fence is not None, f"{w.kind}: no permit within 20 s"
+            with mu:
+                holding.add(fence)
+                most[0] = max(most[0], len(holding))
+                if len(holding) > 2:
+                    failures.append(f"{w.kind} got permit {fence} while {sorted(holding - {fence})} held")
+                fences.append(fence)
+            time.sleep(random.uniform(0.02, 0.06))  # act on it
+            with mu:
+                holding.discard(fence)  # before the release is sent: from here on it does not act
+            w.unpermit(name)
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures += concurrently(workers, run)
     assert failures == []
     assert len(set(fences)) == len(fences) == 6 * len(workers), f"a fence granted twice: {fences}"
     assert most[0] == 2, "two permits, yet never two holders at once"
@@ -261,38 +247,31 @@ def test_readers_share_and_a_writer_is_alone(h, name, kinds):
 
     def run(i, w):
         rnd = random.Random(i)
-        try:
-            for _ in range(8):
-                mode = "write" if rnd.random() < 1 / 3 else "read"
-                fence = w.rwlock(name, mode, 20)
-                assert fence is not None, f"{w.kind}: no {mode} hold within 20 s"
-                me = (i, fence)
-                with mu:
-                    if writer[0] is not None or (mode == "write" and readers):
-                        failures.append(f"{w.kind} got a {mode} hold (fence {fence}) beside"
-                                        f" writer {writer[0]}, readers {sorted(readers)}")
-                    if mode == "write":
-                        writer[0] = me
-                        write_fences.append(fence)
-                    else:
-                        readers.add(me)
-                        read_fences.append(fence)
-                        most_readers[0] = max(most_readers[0], len(readers))
-                time.sleep(rnd.uniform(0.02, 0.06))  # act on it
-                with mu:  # before the unlock is sent: from here on it does not act
-                    if mode == "write":
-                        writer[0] = None
-                    else:
-                        readers.discard(me)
-                w.rwunlock(name)
-        except AssertionError as e:
-            failures.append(str(e))
+        for _ in range(8):
+            mode = "write" if rnd.random() < 1 / 3 else "read"
+            fence = w.rwlock(name, mode, 20)
+            assert fence is not None, f"{w.kind}: no {mode} hold within 20 s"
+            me = (i, fence)
+            with mu:
+                if writer[0] is not None or (mode == "write" and readers):
+                    failures.append(f"{w.kind} got a {mode} hold (fence {fence}) beside"
+                                    f" writer {writer[0]}, readers {sorted(readers)}")
+                if mode == "write":
+                    writer[0] = me
+                    write_fences.append(fence)
+                else:
+                    readers.add(me)
+                    read_fences.append(fence)
+                    most_readers[0] = max(most_readers[0], len(readers))
+            time.sleep(rnd.uniform(0.02, 0.06))  # act on it
+            with mu:  # before the unlock is sent: from here on it does not act
+                if mode == "write":
+                    writer[0] = None
+                else:
+                    readers.discard(me)
+            w.rwunlock(name)
 
-    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures += concurrently(workers, run)
     assert failures == []
     assert write_fences and read_fences, "both modes should have been held"
     assert all(a < b for a, b in zip(write_fences, write_fences[1:])), f"write fences out of order: {write_fences}"
@@ -330,27 +309,20 @@ def test_overlapping_multi_locks_exclude_and_never_deadlock(h, name, kinds):
 
     def run(i, w):
         names = [ring[i % 3], ring[(i + 1) % 3]]
-        try:
-            for _ in range(6):
-                fences = w.multilock(names, 20)
-                assert fences is not None, f"{w.kind}: no multi-lock within 20 s"
-                with mu:
-                    for m in names:
-                        if m in holding:
-                            failures.append(f"{w.kind} holds {m} (fence {fences[m]}) beside worker {holding[m]}")
-                        holding[m] = i
-                time.sleep(random.uniform(0.01, 0.04))  # act on them
-                with mu:  # before the unlock is sent: from here on it does not act
-                    for m in names:
-                        holding.pop(m, None)
-                w.multiunlock(names)
-        except AssertionError as e:
-            failures.append(str(e))
+        for _ in range(6):
+            fences = w.multilock(names, 20)
+            assert fences is not None, f"{w.kind}: no multi-lock within 20 s"
+            with mu:
+                for m in names:
+                    if m in holding:
+                        failures.append(f"{w.kind} holds {m} (fence {fences[m]}) beside worker {holding[m]}")
+                    holding[m] = i
+            time.sleep(random.uniform(0.01, 0.04))  # act on them
+            with mu:  # before the unlock is sent: from here on it does not act
+                for m in names:
+                    holding.pop(m, None)
+            w.multiunlock(names)
 
-    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures += concurrently(workers, run)
     assert failures == []
     assert all(h.server_fence(m) is None for m in ring)
