@@ -143,14 +143,14 @@ int main(int argc, char** argv) {
                 long timeout_ms = 0;
                 in >> timeout_ms;
                 auto& l = multi_locker(name);
-                if (l.try_lock_for(std::chrono::milliseconds(timeout_ms))) {
-                    const auto held = l.lease();  // one read: the loop must not outlive it
-                    std::string fences;
-                    for (const auto& [m, f] : held ? held->fences : decltype(held->fences){})
-                        fences += (fences.empty() ? "" : ",") + std::to_string(f);
-                    say(held ? "ok acquired " + fences : "err XX000 the multi-lock was lost as it was taken");
-                } else {
+                if (!l.try_lock_for(std::chrono::milliseconds(timeout_ms))) {
                     say("ok timeout");
+                } else if (const auto held = l.lease()) {
+                    std::string fences;
+                    for (const auto& [m, f] : held->fences) fences += (fences.empty() ? "" : ",") + std::to_string(f);
+                    say("ok acquired " + fences);
+                } else {
+                    say("err XX000 the multi-lock was lost as it was taken");
                 }
             } else if (cmd == "multiunlock") {
                 multi_locker(name).unlock();

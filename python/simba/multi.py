@@ -65,10 +65,14 @@ class MultiLock(Lock):
             raise errors.InvalidArgumentError("names must name each mutex once", "22023")
         super().__init__(client, members[0], timeout=timeout, contender_id=contender_id, on_lost=on_lost,
                          on_suspended=on_suspended, on_resumed=on_resumed)
-        self.names = members
-        self.name = ",".join(members)  # for display: the hold's name in its lease and in logs
         self._names = members
+        self.name = ",".join(members)  # for display: the hold's name in its lease and in logs
         self._fences: Dict[str, int] = {}
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """The members, in byte order."""
+        return self._names
 
     def __repr__(self) -> str:
         return f"<simba.MultiLock {list(self.names)!r} id={self.contender_id!r} owner={self.is_owner()}>"
