@@ -44,6 +44,7 @@ from .errors import (
     SessionEndedError,
 )
 from .lease import Lease, Tenure, keepalive_delay, margin, monotonic, server_time
+from .statements import Statements
 
 if TYPE_CHECKING:
     from .election import Election
@@ -302,6 +303,7 @@ class Client:
         self._mu = threading.RLock()  # client state; a leaf below _io and a lock's _op
         self._io = threading.Lock()  # the statement connection, one statement at a time
         self._conn: Optional[psycopg.Connection[Any]] = None
+        self._statements: Optional[Statements] = None  # the statement connection's
         self._host: Optional[Tuple[str, int]] = None
         self._backoff = reconnect_initial
         self._next_connect_at = 0.0
@@ -630,8 +632,9 @@ class Client:
             self._events.put(_NOOP)
         try:
             try:
-                cur = conn.execute(sql, params)
-                rows = cur.fetchone() if one else cur.fetchall()
+                if self._statements is None or self._statements.conn is not conn:
+                    self._statements = Statements(conn, self._prepare)
+                rows = self._statements.run(sql, params, one)
             finally:
                 with self._mu:
                     self._inflight = None
