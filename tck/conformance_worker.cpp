@@ -1,10 +1,12 @@
 // The C++ client's worker for the conformance suite: the line protocol of
 // tck/conformance/README.md on stdin/stdout, over one factory (sessions on),
 // a simba::Locker per lock name, a simba::SharedLocker per read-write lock,
-// a simba::MultiLocker per set of names and a simba::Semaphore's permits.
+// a simba::MultiLocker per set of names, a simba::Semaphore's permits and a
+// leader service (a simba::MutexContendService) per election.
 //
 //   simba_tck_conformance_worker --conninfo CONNINFO [--listen-conninfo CONNINFO]
 //                                [--ttl-ms N] [--transition-ms N]
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -98,6 +100,18 @@ int main(int argc, char** argv) {
     };
     simba::Semaphore semaphore(factory);
     std::map<std::string, std::optional<simba::Permit>> permits;  // declared after the semaphore: released first
+    // An election's leader service: it campaigns until `resign` stops it, and
+    // again after a lost leadership; `resigning` keeps stop()'s on_released
+    // from being reported as a loss.
+    struct Campaign {
+        std::shared_ptr<std::atomic<bool>> resigning = std::make_shared<std::atomic<bool>>(false);
+        std::unique_ptr<simba::MutexContendService> service;
+        void resign() {
+            *resigning = true;
+            service->stop();
+        }
+    };
+    std::map<std::string, Campaign> campaigns;
     say("ready c++");
 
     std::string line;
@@ -172,7 +186,34 @@ int main(int argc, char** argv) {
                 if (auto it = permits.find(name); it != permits.end() && it->second) it->second->release();
                 permits.erase(name);
                 say("ok released");
+            } else if (cmd == "elect") {
+                if (auto& c = campaigns[name]; !c.service) {
+                    c.service = factory.create(
+                        std::make_shared<simba::FunctionContender>(
+                            name,
+                            [name](const simba::MutexState& s) {
+                                say("event leader " + name + " " + std::to_string(s.after.fence));
+                            },
+                            [name, resigning = c.resigning](const simba::MutexState&) {
+                                if (!*resigning) say("event lost " + name);
+                            }),
+                        lease);
+                    c.service->start();
+                }
+                say("ok campaigning");
+            } else if (cmd == "resign") {
+                if (auto it = campaigns.find(name); it != campaigns.end()) {
+                    it->second.resign();
+                    campaigns.erase(it);
+                }
+                say("ok resigned");
+            } else if (cmd == "leader") {
+                const auto it = campaigns.find(name);
+                const auto held = it != campaigns.end() ? it->second.service->lease() : std::nullopt;
+                say(held ? "ok leader " + std::to_string(held->fence) : "ok follower");
             } else if (cmd == "quit") {
+                for (auto& [n, c] : campaigns) c.resign();
+                campaigns.clear();
                 permits.clear();  // each Permit releases itself
                 rwlocks.clear();  // each SharedLocker releases what it holds
                 multis.clear();  // each MultiLocker releases what it holds

@@ -54,11 +54,12 @@ class Worker:
     """One worker process: commands in, one reply per command out, and
     ``event`` lines (a lost hold) collected on their own."""
 
-    def __init__(self, kind: str, conninfo: str, listen_conninfo: Optional[str] = None) -> None:
+    def __init__(self, kind: str, conninfo: str, listen_conninfo: Optional[str] = None,
+                 lease_ms: Tuple[int, int] = (TTL_MS, TRANSITION_MS)) -> None:
         self.kind = kind
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
-        args = ["--conninfo", conninfo, "--ttl-ms", str(TTL_MS), "--transition-ms", str(TRANSITION_MS)]
+        args = ["--conninfo", conninfo, "--ttl-ms", str(lease_ms[0]), "--transition-ms", str(lease_ms[1])]
         if listen_conninfo is not None:
             args += ["--listen-conninfo", listen_conninfo]
         self.proc = subprocess.Popen(
@@ -134,6 +135,24 @@ class Worker:
     def unpermit(self, key: str) -> None:
         self.call("unpermit", key)
 
+    def elect(self, name: str) -> None:
+        assert self.call("elect", name) == "campaigning"
+
+    def resign(self, name: str) -> None:
+        assert self.call("resign", name) == "resigned"
+
+    def leader(self, name: str) -> Optional[int]:
+        """The fence of this worker's leadership of `name` now, or None."""
+        r = self.call("leader", name).split()
+        return int(r[1]) if r[0] == "leader" else None
+
+    def event(self, timeout_s: float) -> Optional[str]:
+        """The next event line, or None when none came within timeout_s."""
+        try:
+            return self.events.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
     def wait_event(self, expected: str, timeout_s: float) -> None:
         try:
             got = self.events.get(timeout=timeout_s)
@@ -160,14 +179,15 @@ class Harness:
         self.admin = admin
         self.workers: List[Worker] = []
 
-    def worker(self, kind: str) -> Worker:
+    def worker(self, kind: str, lease_ms: Tuple[int, int] = (TTL_MS, TRANSITION_MS)) -> Worker:
+        """A worker of `kind` taking its locks with lease_ms (ttl, transition)."""
         app = f"simba-conformance-{uuid.uuid4().hex[:12]}"
         direct = f"user={ROLE} application_name={app}"
         pooler = os.environ.get("SIMBA_POOLER_DSN")
         if pooler:  # statements through the pooler (test/with-pgbouncer.sh), LISTEN direct
-            w = Worker(kind, f"{pooler} {direct}", direct)
+            w = Worker(kind, f"{pooler} {direct}", direct, lease_ms)
         else:
-            w = Worker(kind, direct)
+            w = Worker(kind, direct, lease_ms=lease_ms)
         w.application_name = app  # type: ignore[attr-defined]
         self.workers.append(w)
         return w
@@ -181,6 +201,19 @@ class Harness:
 
     def sql(self, query: str, *args: object):
         return self.admin.execute(query, args).fetchone()
+
+    def restart_server(self) -> None:
+        """pg_ctl restart -m fast (test/with-cluster.sh's server): every
+        connection is cut, and the server is back when it returns."""
+        if not os.environ.get("SIMBA_PGDATA"):
+            pytest.skip("needs test/with-cluster.sh (SIMBA_PGDATA, SIMBA_PG_BIN)")
+        cmd = [os.path.join(os.environ["SIMBA_PG_BIN"], "pg_ctl"), "-D", os.environ["SIMBA_PGDATA"],
+               "-m", "fast", "-w", "-t", "60", "restart"]
+        if os.geteuid() == 0:  # the server runs as postgres (test/with-cluster.sh)
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.admin.close()
+        self.admin = psycopg.connect("", autocommit=True)
 
     def server_fence(self, name: str) -> Optional[int]:
         """The fence of the live holder on the server's clock, or None."""
@@ -208,23 +241,24 @@ class Harness:
 
 
 @pytest.fixture(scope="session")
-def admin():
+def role():
     try:
         conn = psycopg.connect("", autocommit=True)
     except psycopg.OperationalError as e:
         pytest.skip(f"no server in libpq's environment: {e}")
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
-        conn.execute(f"CREATE ROLE {ROLE} LOGIN")
-    conn.execute("SELECT simba_grant(%s::regrole)", (ROLE,))
-    yield conn
-    conn.close()
+    with conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
+            conn.execute(f"CREATE ROLE {ROLE} LOGIN")
+        conn.execute("SELECT simba_grant(%s::regrole)", (ROLE,))
+    return ROLE
 
 
 @pytest.fixture
-def h(admin):
-    harness = Harness(admin)
+def h(role):
+    harness = Harness(psycopg.connect("", autocommit=True))  # a test may restart the server
     yield harness
     harness.close()
+    harness.admin.close()
 
 
 @pytest.fixture

@@ -326,3 +326,112 @@ def test_overlapping_multi_locks_exclude_and_never_deadlock(h, name, kinds):
     failures += concurrently(workers, run)
     assert failures == []
     assert all(h.server_fence(m) is None for m in ring)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_server_restart_shorter_than_the_lease_keeps_the_hold(h, name, a, b):
+    """A fast restart cuts every connection; the hold lives by its durable
+    row and its lease (10 s + 5 s here, so the restart ends well inside
+    it): nobody else gets the lock, the holder still holds it, and its
+    release, sent once its connection is back, passes the lock on."""
+    lease_ms = (10000, 5000)
+    wa, wb = h.worker(a, lease_ms), h.worker(b, lease_ms)
+    fa = wa.lock(name, 10)
+    assert fa is not None
+    h.restart_server()
+    assert wb.lock(name, 0.5) is None, "a restart let a second worker take a held lock"
+    assert wa.lease(name) == fa, "the holder lost its lock to a restart shorter than its lease"
+    assert h.server_fence(name) == fa
+    waiting = {}
+    t = threading.Thread(target=lambda: waiting.update(fence=wb.lock(name, 20), at=time.monotonic()))
+    t.start()
+    t0 = time.monotonic()
+    wa.unlock(name)
+    t.join()
+    assert waiting["fence"] is not None and waiting["fence"] > fa
+    took = waiting["at"] - t0
+    assert took < 5, f"the lock passed {took:.2f} s after its release, a poll's time: the release or wake-up was lost"
+    wb.unlock(name)
+
+
+# Elections: `elect NAME` starts a leader service (it campaigns until `resign
+# NAME`, and again after a lost leadership); its worker reports `event leader
+# NAME FENCE` when elected.
+
+ELECTED_S = LEASE_S + 1.0 + SLACK_S  # a leader's end: its lease, a campaigner's jitter (up to 1 s), slack
+
+
+def trios():
+    """Three workers: each kind alone, and all kinds taking turns."""
+    out = [pytest.param([k] * 3, id=f"{k}x3") for k in KINDS]
+    if len(KINDS) > 1:
+        kinds = list(KINDS)
+        out.append(pytest.param([kinds[i % len(kinds)] for i in range(3)], id="mixed"))
+    return out
+
+
+def next_leader(workers, name, timeout_s):
+    """The first of `workers` to report `event leader NAME FENCE` within
+    timeout_s, and FENCE; any other event fails the case."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        for w in workers:
+            event = w.event(0.02)
+            if event is None:
+                continue
+            words = event.split()
+            assert words[:3] == ["event", "leader", name], f"{w.kind} worker: {event!r} while a leader was awaited"
+            return w, int(words[3])
+    raise AssertionError(f"no leader of {name} within {timeout_s} s")
+
+
+def leaders(workers, name):
+    """{worker: fence} of the workers that say they lead now."""
+    return {w: f for w in workers if (f := w.leader(name)) is not None}
+
+
+@pytest.mark.parametrize("kinds", trios())
+def test_one_leader_at_a_time_and_a_new_one_when_it_ends(h, name, kinds):
+    """Three campaigners: one leads; its resignation elects another at once;
+    killing that one elects the third within a lease; fences increase and
+    no two ever say they lead."""
+    workers = [h.worker(k) for k in kinds]
+    for w in workers:
+        w.elect(name)
+    first, f1 = next_leader(workers, name, ELECTED_S)
+    assert leaders(workers, name) == {first: f1}
+    t0 = time.monotonic()
+    first.resign(name)
+    second, f2 = next_leader(workers, name, ELECTED_S)
+    took = elapsed_since(t0)
+    assert second is not first and f2 > f1
+    assert took < LEASE_S / 2, f"a new leader {took:.2f} s after a resignation: the release was not sent"
+    assert leaders(workers, name) == {second: f2}
+    second.signal(signal.SIGKILL)
+    live = [w for w in workers if w is not second]
+    third, f3 = next_leader(live, name, ELECTED_S)
+    assert third is not first and f3 > f2
+    assert leaders(live, name) == {third: f3}
+    third.resign(name)
+    assert h.server_fence(name) is None, "every campaigner resigned, yet the server names a leader"
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_a_leader_stopped_past_its_lease_is_replaced_and_steps_down(h, name, a, b):
+    """A frozen leader (SIGSTOP) is replaced once its lease ends; thawed, it
+    reports the loss, says it does not lead, and campaigns on as a follower."""
+    wa, wb = h.worker(a), h.worker(b)
+    wa.elect(name)
+    _, fa = next_leader([wa], name, ELECTED_S)
+    wb.elect(name)
+    wa.signal(signal.SIGSTOP)
+    _, fb = next_leader([wb], name, ELECTED_S)
+    assert fb > fa
+    wa.signal(signal.SIGCONT)
+    wa.wait_event(f"event lost {name}", SLACK_S)
+    assert wa.leader(name) is None, "the frozen leader still says it leads after another was elected"
+    assert wb.leader(name) == fb and h.server_fence(name) == fb
+    wb.resign(name)
+    _, fa2 = next_leader([wa], name, ELECTED_S)  # the campaign went on
+    assert fa2 > fb
+    wa.resign(name)

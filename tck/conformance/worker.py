@@ -2,7 +2,8 @@
 tck/conformance/README.md on stdin/stdout, over one ``simba.Client`` (one
 session), a ``simba.Lock`` per lock name, a read and a write
 ``simba.ReadWriteLock`` per read-write lock, a ``simba.MultiLock`` per set
-of names and ``simba.Permit`` s by key.
+of names, ``simba.Permit`` s by key and a ``simba.Election`` campaigning on
+a thread of its own per election.
 
     python3 tck/conformance/worker.py --conninfo CONNINFO [--listen-conninfo CONNINFO]
                                       [--ttl-ms N] [--transition-ms N]
@@ -26,6 +27,43 @@ def one_line(s: str) -> str:
     return s.replace("\n", " ").replace("\r", " ")
 
 
+class Campaign:
+    """A leader service on a thread of its own: campaigns until resigned,
+    and again after a lost leadership (the loss is an ``event lost``)."""
+
+    def __init__(self, client: simba.Client, name: str) -> None:
+        self.name = name
+        self.election = client.election(name, on_lost=self._lost)
+        self.wake = threading.Event()  # a loss, or resign()
+        self.resigning = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _lost(self, lease: simba.Lease) -> None:
+        say(f"event lost {self.name}")
+        self.wake.set()
+
+    def _run(self) -> None:
+        while not self.resigning:
+            try:
+                lease = self.election.campaign(timeout=1.0)  # then resign() is looked at again
+            except simba.LockTimeoutError:
+                self.election.resign()  # ends a leadership lost as it was won
+                continue
+            except simba.Error as e:
+                say(f"event error {self.name} {one_line(str(e))}")
+                continue
+            say(f"event leader {self.name} {lease.fence}")
+            self.wake.wait()
+            self.wake.clear()
+            self.election.resign()  # steps down, or ends the lost leadership
+
+    def resign(self) -> None:
+        self.resigning = True
+        self.wake.set()
+        self.thread.join()
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--conninfo", default="")
@@ -42,6 +80,7 @@ def main() -> int:
     multis = {}  # comma-separated names -> their MultiLock
     rwlocks = {}  # name -> (mode -> its ReadWriteLock), and the one held
     rw_held = {}
+    campaigns = {}  # election name -> its Campaign
 
     def lock_of(name: str, fair: bool = False) -> simba.Lock:
         """A name's Lock is made by its first lock command, fair or not."""
@@ -112,7 +151,22 @@ def main() -> int:
                 if permit is not None:
                     permit.release()
                 say("ok released")
+            elif cmd == "elect":
+                if name not in campaigns:
+                    campaigns[name] = Campaign(client, name)
+                say("ok campaigning")
+            elif cmd == "resign":
+                campaign = campaigns.pop(name, None)
+                if campaign is not None:
+                    campaign.resign()
+                say("ok resigned")
+            elif cmd == "leader":
+                campaign = campaigns.get(name)
+                lease = campaign.election.lease if campaign else None
+                say(f"ok leader {lease.fence}" if lease else "ok follower")
             elif cmd == "quit":
+                for campaign in campaigns.values():
+                    campaign.resign()
                 client.close()  # releases what it holds, closes the session
                 say("ok bye")
                 return 0
