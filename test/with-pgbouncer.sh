@@ -36,6 +36,9 @@ admin_users = $user
 auth_user = $user
 max_client_conn = 1000
 default_pool_size = 20
+; after a failed server login (the server restarting) PgBouncer refuses
+; clients this long (15 s by default): longer than the tests' leases
+server_login_retry = 1
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
