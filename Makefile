@@ -6,6 +6,7 @@
 #   make test             everything CI runs: deps, build, throwaway cluster, all suites
 #   make bench            benchmarks with their baselines (bench/README.md); not part of CI
 #   make bench-scale      benchmark 7: locks ramped to a million, sessions and per-lock, against etcd (about 20 minutes)
+#   make bench-peers      benchmark 10: simba against etcd, ZooKeeper with Curator and Redis, all durable (about 15 minutes)
 #   make valgrind         pg_regress + isolation with every backend under valgrind memcheck
 #   make tsan             the client's unit and PostgreSQL tests built with ThreadSanitizer
 #   make ha               failover faults on three-node Patroni (30 min) and pg_auto_failover (10 min) clusters (test/ha)
@@ -23,7 +24,7 @@ check:
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: check test deps demo psql bench bench-scale chaos valgrind tsan deb ha portable
+.PHONY: check test deps demo psql bench bench-scale bench-peers chaos valgrind tsan deb ha portable
 test:
 	@test/run-tests.sh
 demo:
@@ -33,6 +34,8 @@ bench:
 
 bench-scale:
 	@bench/sessions.sh
+bench-peers:
+	@bench/peers.sh
 chaos:
 	@test/chaos/long.sh
 valgrind:

@@ -1,0 +1,324 @@
+"""Benchmark 10 (make bench-peers): simba against etcd and Redis, every
+store durable on the same disk and driven by a driver of its own that
+speaks one command line (bench/README.md, "10. Against the peers"). Run by
+bench/peers.sh inside a durable throwaway cluster (libpq's environment,
+SIMBA_PGDATA); it starts and stops the other stores itself, under DIR.
+
+    python3 bench/peers.py --dir DIR --simba-driver BIN --etcd-driver BIN
+        [--rounds 2] [--seconds 5] [--trials 3] [--hold 10000] [--json FILE]
+
+Every row runs each store in turn, the order rotated per round; a row's
+figure is the median over rounds and its ratio simba / peer the median of
+the per-round ratios.
+"""
+import argparse
+import json
+import os
+import queue
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LEASE_S = 5  # every store's lease: simba's ttl + transition, etcd's session TTL, Redis's PX
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout_s: float, what: str) -> None:
+    end = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > end:
+            raise RuntimeError(f"{what} not ready in {timeout_s} s")
+        time.sleep(0.1)  # a server's readiness: nothing to wait on but the port
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# ------------------------------------------------------------------ stores
+
+class Store:
+    """A running store: its driver command, endpoint and server processes."""
+
+    def __init__(self, name, driver, endpoint, server_pids, proc=None):
+        self.name, self.driver, self.endpoint = name, driver, endpoint
+        self.server_pids = server_pids  # () -> pids whose CPU and memory are the server's
+        self.proc = proc
+
+    def command(self, mode, *args):
+        return self.driver + [mode, "--endpoint", self.endpoint, "--lease-s", str(LEASE_S), *map(str, args)]
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_simba(a):
+    pgdata = os.environ["SIMBA_PGDATA"]
+    postmaster = int(Path(pgdata, "postmaster.pid").read_text().split()[0])
+    return Store("simba", shlex.split(a.simba_driver), "", lambda: [postmaster] + children(postmaster),
+                 None), ["--store", "simba"]
+
+
+def start_etcd(a, d):
+    cp, pp = free_port(), free_port()
+    url = f"http://127.0.0.1:{cp}"
+    proc = subprocess.Popen(["etcd", "--data-dir", str(d / "etcd"), "--listen-client-urls", url,
+                             "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{pp}",
+                             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pp}",
+                             "--initial-cluster", f"default=http://127.0.0.1:{pp}"],
+                            stdout=open(d / "etcd.log", "w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: port_open(cp), 30, "etcd")
+    return Store("etcd", shlex.split(a.etcd_driver), url, lambda: [proc.pid], proc), []
+
+
+def start_redis(a, d):
+    sock = d / "redis.sock"
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--dir", str(d),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                            stdout=open(d / "redis.log", "w"), stderr=subprocess.STDOUT)
+    wait_for(sock.exists, 30, "Redis")
+    return Store("redis", shlex.split(a.simba_driver), str(sock), lambda: [proc.pid], proc), ["--store", "redis"]
+
+
+# ------------------------------------------------------- processes' costs
+
+def children(pid):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def cpu_s(pids, with_children=False):
+    """CPU seconds of pids (with the reaped children of each, for the
+    postmaster: ended backends)."""
+    total = 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if with_children else 0)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def pss_mb(pids):
+    """Proportional set size: shared memory counted once across the pids."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+# ------------------------------------------------------------------- rows
+
+def run_json(cmd, timeout):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cycles(store, extra, clients, locks, seconds):
+    return run_json(store.command("cycles", "--clients", clients, "--locks", locks, "--seconds", seconds, *extra),
+                    seconds + 120)
+
+
+def handoff(store, extra, n):
+    return run_json(store.command("handoff", "--handoffs", n, *extra), n + 120)
+
+
+class Campaigner:
+    """A driver in leader mode; its stdout lines read on a thread of their own."""
+
+    def __init__(self, store, extra, name):
+        self.proc = subprocess.Popen(store.command("leader", "--name", name, *extra), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in self.proc.stdout], daemon=True).start()
+        assert self.line(60) == "ready", f"{store.name}: its campaigner did not start"
+
+    def line(self, timeout_s):
+        try:
+            return self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def failover(store, extra, how, trials):
+    """Seconds from the leader's SIGKILL (or SIGTERM: a clean stop) to the
+    other campaigner's `elected`."""
+    out = []
+    for t in range(trials):
+        name = f"peers-{how}-{os.getpid()}-{t}-{time.monotonic_ns()}"
+        a = Campaigner(store, extra, name)
+        try:
+            assert a.line(60) == "elected", f"{store.name}: the only campaigner was not elected"
+            b = Campaigner(store, extra, name)
+            try:
+                t0 = time.monotonic()
+                a.proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+                got = b.line(LEASE_S * 4 + 30)
+                assert got == "elected", f"{store.name}: no new leader after the {how} ({got!r})"
+                out.append(time.monotonic() - t0)
+            finally:
+                b.proc.stdin.close()
+                b.proc.wait(30)
+        finally:
+            a.close()
+    return {"mode": f"failover_{how}", "trials": trials, "p50_s": statistics.median(out), "max_s": max(out)}
+
+
+def hold(store, extra, locks, window_s):
+    """Server and driver CPU % and PSS growth while `locks` locks are held."""
+    pids = store.server_pids()
+    base_mb = pss_mb(pids)
+    proc = subprocess.Popen(store.command("hold", "--locks", locks, *extra), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    took = json.loads(proc.stdout.readline())
+    time.sleep(LEASE_S)  # settle: the first keepalives after the ramp
+    pids = store.server_pids()
+    c0, d0, t0 = cpu_s(pids, True), cpu_s([proc.pid]), time.monotonic()
+    time.sleep(window_s)  # the window measured: held, nothing asked
+    pids = store.server_pids()
+    c1, d1, t1 = cpu_s(pids, True), cpu_s([proc.pid]), time.monotonic()
+    server_mb, driver_mb = pss_mb(pids) - base_mb, pss_mb([proc.pid])
+    proc.stdin.close()
+    released = json.loads(proc.stdout.readline())
+    proc.wait(120)
+    return {"mode": "hold", "locks": locks, "take_s": took["take_s"], "release_s": released["release_s"],
+            "server_cpu_pct": 100 * (c1 - c0) / (t1 - t0), "driver_cpu_pct": 100 * (d1 - d0) / (t1 - t0),
+            "server_mb": server_mb, "driver_mb": driver_mb}
+
+
+ROWS = [  # (key, label, function of (store, extra, args), the figures it reports)
+    ("c1", "1 client", lambda s, e, a: cycles(s, e, 1, 1, a.seconds)),
+    ("c8", "8 clients, own locks", lambda s, e, a: cycles(s, e, 8, 64, a.seconds)),
+    ("c64", "64 clients, own locks", lambda s, e, a: cycles(s, e, 64, 64, a.seconds)),
+    ("s8", "8 clients, one lock", lambda s, e, a: cycles(s, e, 8, 1, a.seconds)),
+    ("s64", "64 clients, one lock", lambda s, e, a: cycles(s, e, 64, 1, a.seconds)),
+    ("handoff", "handoff", lambda s, e, a: handoff(s, e, a.handoffs)),
+    ("kill", "new leader after kill -9", lambda s, e, a: failover(s, e, "kill", a.trials)),
+    ("stop", "new leader after a clean stop", lambda s, e, a: failover(s, e, "stop", a.trials)),
+    ("hold", "10,000 held locks", lambda s, e, a: hold(s, e, a.hold, a.window)),
+]
+FIGURES = {  # what the table shows of a row, and whether bigger is better
+    "c1": [("cycles_per_s", True), ("p50_us", False), ("p99_us", False)],
+    "c8": [("cycles_per_s", True), ("p50_us", False)],
+    "c64": [("cycles_per_s", True), ("p50_us", False)],
+    "s8": [("cycles_per_s", True), ("p99_us", False)],
+    "s64": [("cycles_per_s", True), ("p99_us", False)],
+    "handoff": [("p50_us", False), ("p99_us", False)],
+    "kill": [("p50_s", False), ("max_s", False)],
+    "stop": [("p50_s", False), ("max_s", False)],
+    "hold": [("server_cpu_pct", False), ("server_mb", False), ("driver_cpu_pct", False), ("driver_mb", False),
+             ("take_s", False)],
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--simba-driver", required=True)
+    p.add_argument("--etcd-driver", required=True)
+    p.add_argument("--stores", default="simba,etcd,redis")
+    p.add_argument("--rows", default=",".join(k for k, _, _ in ROWS))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--handoffs", type=int, default=200)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--hold", type=int, default=10000)
+    p.add_argument("--window", type=float, default=20)
+    p.add_argument("--json")
+    a = p.parse_args()
+    starters = {"simba": lambda: start_simba(a), "etcd": lambda: start_etcd(a, a.dir),
+                "redis": lambda: start_redis(a, a.dir)}
+    names = a.stores.split(",")
+    stores = {}
+    try:
+        for n in names:
+            stores[n] = starters[n]()
+        results = {}  # row -> store -> [per-round result]
+        for key, label, fn in ROWS:
+            if key not in a.rows.split(","):
+                continue
+            for r in range(a.rounds):
+                order = names[r % len(names):] + names[:r % len(names)]
+                for n in order:
+                    store, extra = stores[n]
+                    if key in ("kill", "stop") and n == "redis":
+                        continue  # no leader recipe
+                    res = fn(store, extra, a)
+                    results.setdefault(key, {}).setdefault(n, []).append(res)
+                    print(f"{label} [{n}, round {r + 1}]: {json.dumps(res)}", file=sys.stderr, flush=True)
+        report(results, names)
+        if a.json:
+            Path(a.json).write_text(json.dumps({"lease_s": LEASE_S, "rounds": a.rounds, "results": results}, indent=1))
+    finally:
+        for store, _ in stores.values():
+            store.stop()
+    return 0
+
+
+def report(results, names):
+    peers = [n for n in names if n != "simba"]
+    head = ["row", "figure"] + names + [f"simba/{n}" for n in peers]
+    rows = [head]
+    for key, label, _ in ROWS:
+        if key not in results:
+            continue
+        for fig, bigger in FIGURES[key]:
+            line = [label, fig]
+            for n in names:
+                vals = [r[fig] for r in results[key].get(n, [])]
+                line.append(f"{statistics.median(vals):.4g}" if vals else "-")
+            for n in peers:
+                pairs = list(zip(results[key].get("simba", []), results[key].get(n, [])))
+                if not pairs:
+                    line.append("-")
+                    continue
+                # per-round ratios, oriented so that > 1 means simba is better
+                ratios = [(s[fig] / o[fig]) if bigger else (o[fig] / s[fig]) for s, o in pairs if s[fig] > 0 and o[fig] > 0]
+                line.append(f"{statistics.median(ratios):.2f}" if ratios else "-")
+            rows.append(line)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    for i, r in enumerate(rows):
+        print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
