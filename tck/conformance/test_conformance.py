@@ -13,12 +13,12 @@ from conftest import KINDS, LEASE_S, PAIRS, concurrently, elapsed_since
 SLACK_S = 2.5  # a loaded 2-core machine: scheduling, a reconnect, a poll
 
 
-def mixes():
-    """Four workers: each kind alone, and all kinds taking turns."""
-    out = [pytest.param([k] * 4, id=f"{k}x4") for k in KINDS]
+def mixes(n=4):
+    """n workers: each kind alone, and all kinds taking turns."""
+    out = [pytest.param([k] * n, id=f"{k}x{n}") for k in KINDS]
     if len(KINDS) > 1:
         kinds = list(KINDS)
-        out.append(pytest.param([kinds[i % len(kinds)] for i in range(4)], id="mixed"))
+        out.append(pytest.param([kinds[i % len(kinds)] for i in range(n)], id="mixed"))
     return out
 
 
@@ -361,15 +361,6 @@ def test_a_server_restart_shorter_than_the_lease_keeps_the_hold(h, name, a, b):
 ELECTED_S = LEASE_S + 1.0 + SLACK_S  # a leader's end: its lease, a campaigner's jitter (up to 1 s), slack
 
 
-def trios():
-    """Three workers: each kind alone, and all kinds taking turns."""
-    out = [pytest.param([k] * 3, id=f"{k}x3") for k in KINDS]
-    if len(KINDS) > 1:
-        kinds = list(KINDS)
-        out.append(pytest.param([kinds[i % len(kinds)] for i in range(3)], id="mixed"))
-    return out
-
-
 def next_leader(workers, name, timeout_s):
     """The first of `workers` to report `event leader NAME FENCE` within
     timeout_s, and FENCE; any other event fails the case."""
@@ -390,7 +381,7 @@ def leaders(workers, name):
     return {w: f for w in workers if (f := w.leader(name)) is not None}
 
 
-@pytest.mark.parametrize("kinds", trios())
+@pytest.mark.parametrize("kinds", mixes(3))
 def test_one_leader_at_a_time_and_a_new_one_when_it_ends(h, name, kinds):
     """Three campaigners: one leads; its resignation elects another at once;
     killing that one elects the third within a lease; fences increase and
