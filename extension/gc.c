@@ -13,12 +13,9 @@
  * one worker, not a thousand whole-table scans.
  *
  * The worker connects as the extension's owner (the owner of the SQL
- * function that started it) and runs as it, unable to change back (as
- * simba_as_owner runs simba's own statements): a trigger the owner put on
- * simba_mutex runs with the owner's rights, never a superuser's. Before
- * PostgreSQL 17 a role that may not log in cannot be connected as: then the
- * worker connects as the bootstrap superuser and switches to the owner at
- * once, before it runs anything of the database's.
+ * function that started it) and runs as it, unable to change back
+ * (worker.c): a trigger the owner put on simba_mutex runs with the owner's
+ * rights, never a superuser's.
  *
  * Under a transaction-level advisory lock the worker claims the collection:
  * it records the time in simba_gc_state unless another worker did less than
@@ -39,23 +36,19 @@
 #include "simba.h"
 #include "gc.h"
 #include "rows.h"
+#include "worker.h"
 
 #include <sys/resource.h>
 
 #include "access/xact.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 /* simba.gc_idle_age, in seconds; -1: never collect on its own. */
@@ -67,14 +60,11 @@ int			simba_gc_interval = 600;
 #define GC_BATCH 5000
 /* Second key of the collector's advisory lock (the first is the wake-ups' "SIMB"). */
 #define GC_LOCK_KEY 0x4743		/* "GC" */
-#define SIMBA_LOCK_CLASS 0x53494d42
 
 /* What the worker needs, in bgw_extra. */
 typedef struct GcArgs
 {
-	Oid			schema;			/* the extension's schema */
-	Oid			owner;			/* the extension's owner: the worker's role */
-	bool		connect_as_owner;	/* else as the bootstrap superuser, then switch */
+	SimbaWorkerOwner install;
 	int32		idle_age;		/* seconds, the launcher's simba.gc_idle_age */
 	int32		interval;		/* seconds, the launcher's simba.gc_interval */
 } GcArgs;
@@ -106,9 +96,6 @@ simba_gc_maybe_start(Oid schema, Oid owner)
 	TimestampTz now;
 	TimestampTz last_run = DT_NOBEGIN;
 	Oid			state;
-	HeapTuple	role;
-	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
 	GcArgs		args;
 
 	if (simba_gc_idle_age < 0 || !IsUnderPostmaster || IsBackgroundWorker)
@@ -143,33 +130,12 @@ simba_gc_maybe_start(Oid schema, Oid owner)
 	}
 
 	memset(&args, 0, sizeof args);
-	args.schema = schema;
-	args.owner = owner;
+	args.install.schema = schema;
+	args.install.owner = owner;
 	args.idle_age = simba_gc_idle_age;
 	args.interval = simba_gc_interval;
-#ifdef BGWORKER_BYPASS_ROLELOGINCHECK
-	args.connect_as_owner = true;
-#else
-	role = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
-	if (!HeapTupleIsValid(role))
-		return;
-	args.connect_as_owner = ((Form_pg_authid) GETSTRUCT(role))->rolcanlogin;
-	ReleaseSysCache(role);
-#endif
-
-	memset(&worker, 0, sizeof worker);
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "simba");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "simba_gc_worker");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "simba gc of database %u", MyDatabaseId);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "simba gc");
-	worker.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
-	memcpy(worker.bgw_extra, &args, sizeof args);
-	worker.bgw_notify_pid = 0;
 	/* No free worker slot: try again at the next interval. */
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	if (!simba_worker_start("simba_gc_worker", "simba gc", &args.install, &args, sizeof args, 0, NULL))
 		ereport(DEBUG1,
 				(errmsg("simba: no background worker slot for the idle-row collector"),
 				 errhint("Raise max_worker_processes, or collect with simba_mutex_gc() from a schedule.")));
@@ -177,31 +143,13 @@ simba_gc_maybe_start(Oid schema, Oid owner)
 		ereport(DEBUG1, (errmsg("simba: started the idle-row collector")));
 }
 
-/*
- * Runs sql with args in a transaction of its own; true when it returned a
- * row, whose first column (a bigint) goes to *result.
- */
-static bool
-gc_transaction(const char *sql, int nargs, Oid *types, Datum *values, int64 *result)
+/* The first column of a claim's or collection's one row (a bigint). */
+static void
+first_int8(HeapTuple tuple, TupleDesc desc, void *arg)
 {
-	bool		found;
 	bool		isnull;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, sql);
-	if (SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0) < 0)
-		elog(ERROR, "simba: could not run \"%s\"", sql);
-	found = SPI_processed == 1;
-	if (found && result != NULL)
-		*result = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return found;
+	*(int64 *) arg = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
 }
 
 void
@@ -219,33 +167,8 @@ simba_gc_worker(Datum arg)
 	TimestampTz connected;
 	struct rusage usage;
 
-	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg),
-											  args.connect_as_owner ? args.owner : InvalidOid,
-#ifdef BGWORKER_BYPASS_ROLELOGINCHECK
-											  BGWORKER_BYPASS_ROLELOGINCHECK
-#else
-											  0
-#endif
-		);
-	/*
-	 * From here on everything runs as the owner, who cannot become the
-	 * session's user again (SET ROLE and SET SESSION AUTHORIZATION refuse),
-	 * as in a simba call (simba_as_owner).
-	 */
+	schema = simba_worker_connect(arg, &args, sizeof args);
 	connected = GetCurrentTimestamp();
-	SetUserIdAndSecContext(args.owner, SECURITY_LOCAL_USERID_CHANGE);
-	/* Only pg_catalog's operators and functions; simba's by schema. */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
-	/* A keepalive's row lock is short; anything longer is not worth waiting for. */
-	SetConfigOption("lock_timeout", "1s", PGC_SUSET, PGC_S_SESSION);
-
-	StartTransactionCommand();
-	schema = get_namespace_name(args.schema);
-	if (schema != NULL)
-		schema = MemoryContextStrdup(TopMemoryContext, quote_identifier(schema));
-	CommitTransactionCommand();
 	/* The extension went (DROP SCHEMA, DROP EXTENSION) since the call that started us. */
 	if (schema == NULL)
 		proc_exit(0);
@@ -261,10 +184,10 @@ simba_gc_worker(Datum arg)
 					 " ON CONFLICT (id) DO UPDATE SET last_run = excluded.last_run"
 					 " WHERE s.last_run > excluded.last_run OR s.last_run <= excluded.last_run - $2"
 					 " RETURNING 0::bigint", schema);
-	claimed = gc_transaction(claim, 4, (Oid[]) {TIMESTAMPTZOID, INTERVALOID, INT4OID, INT4OID},
-							 (Datum[]) {TimestampTzGetDatum(now),
+	claimed = simba_worker_transaction(claim, 4, (Oid[]) {TIMESTAMPTZOID, INTERVALOID, INT4OID, INT4OID},
+									   (Datum[]) {TimestampTzGetDatum(now),
 		IntervalPGetDatum(&(Interval) {.time = (int64) args.interval * USECS_PER_SEC}),
-		Int32GetDatum(SIMBA_LOCK_CLASS), Int32GetDatum(GC_LOCK_KEY)}, NULL);
+		Int32GetDatum(SIMBA_LOCK_CLASS), Int32GetDatum(GC_LOCK_KEY)}, NULL, NULL) == 1;
 
 	/*
 	 * By exact argument types: an overload another role may have put in the
@@ -274,9 +197,9 @@ simba_gc_worker(Datum arg)
 	collect = psprintf("SELECT %s.simba_mutex_gc($1, $2) WHERE pg_try_advisory_xact_lock($3, $4)", schema);
 	while (claimed)
 	{
-		if (!gc_transaction(collect, 4, (Oid[]) {INTERVALOID, INT8OID, INT4OID, INT4OID},
-							(Datum[]) {IntervalPGetDatum(&idle), Int64GetDatum(GC_BATCH),
-			Int32GetDatum(SIMBA_LOCK_CLASS), Int32GetDatum(GC_LOCK_KEY)}, &removed))
+		if (simba_worker_transaction(collect, 4, (Oid[]) {INTERVALOID, INT8OID, INT4OID, INT4OID},
+									 (Datum[]) {IntervalPGetDatum(&idle), Int64GetDatum(GC_BATCH),
+			Int32GetDatum(SIMBA_LOCK_CLASS), Int32GetDatum(GC_LOCK_KEY)}, first_int8, &removed) != 1)
 			break;				/* another collector is at work */
 		total += removed;
 		CHECK_FOR_INTERRUPTS();
