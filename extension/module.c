@@ -7,6 +7,7 @@
 #include "simba.h"
 #include "clock.h"
 #include "gc.h"
+#include "lapse.h"
 #include "wake.h"
 
 #include "access/xact.h"
@@ -108,6 +109,7 @@ _PG_init(void)
 	GucSource	notify_before = placeholder_reset_source("simba.notify");
 	GucSource	gc_idle_before = placeholder_reset_source("simba.gc_idle_age");
 	GucSource	gc_interval_before = placeholder_reset_source("simba.gc_interval");
+	GucSource	lapse_before = placeholder_reset_source("simba.lapse_waker");
 	static const struct config_enum_entry notify_options[] = {
 		{"always", SIMBA_NOTIFY_ALWAYS, false},
 		{"registered", SIMBA_NOTIFY_REGISTERED, false},
@@ -168,6 +170,15 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("simba.lapse_waker",
+							 "Announces the end of every session while anyone waits, from a background worker.",
+							 "The waker (lapse.c) sends what a close of a lapsed session would, so that waiters "
+							 "need not poll at each lease's end; simba_waker() starts it. Off: waiters poll.",
+							 &simba_lapse_waker,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("simba");
 	guard_placeholder("simba.history", history_before);
 	guard_placeholder("simba.max_lease", max_lease_before);
@@ -175,6 +186,7 @@ _PG_init(void)
 	guard_placeholder("simba.notify", notify_before);
 	guard_placeholder("simba.gc_idle_age", gc_idle_before);
 	guard_placeholder("simba.gc_interval", gc_interval_before);
+	guard_placeholder("simba.lapse_waker", lapse_before);
 	RegisterXactCallback(simba_xact_callback, NULL);
 }
 

@@ -48,6 +48,7 @@ static const char *const granted_functions[] = {
 	"simba_session_keepalive(uuid)",
 	"simba_session_close(uuid)",
 	"simba_wait(text[], boolean)",
+	"simba_waker()",
 	"simba_clock()",
 	"simba_epoch_us(timestamptz)",
 };

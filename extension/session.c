@@ -31,15 +31,17 @@
 #include "wake.h"
 
 #include "catalog/pg_type.h"
-#include "utils/fmgroids.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/uuid.h"
 
 PG_FUNCTION_INFO_V1(simba_session_open_1_4);
 PG_FUNCTION_INFO_V1(simba_session_keepalive_1_4);
 PG_FUNCTION_INFO_V1(simba_session_close_1_4);
 PG_FUNCTION_INFO_V1(simba_session_gc_1_4);
+PG_FUNCTION_INFO_V1(simba_wake_lapsed);
 PG_FUNCTION_INFO_V1(simba_session_ended);
 PG_FUNCTION_INFO_V1(simba_session_time);
 
@@ -156,6 +158,27 @@ static SimbaPlan gc_lock = {
 	" (SELECT s.session_id FROM simba_session_lease AS s WHERE " SIMBA_SESSION_END("$2") " <= $1"
 	"  FOR UPDATE SKIP LOCKED) AS l",
 	2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, .scans = true
+};
+
+/*
+ * The lapse waker's round (lapse.c): the sessions that ended in ($1, $2]
+ * and the next end after $2, at origin $3. Sessions are few (one per
+ * process): a scan.
+ */
+static SimbaPlan lapsed_select = {
+	"SELECT pg_catalog.array_agg(e.session_id) FILTER (WHERE e.ends <= $2),"
+	"       pg_catalog.min(e.ends) FILTER (WHERE e.ends > $2)"
+	"  FROM (SELECT s.session_id, " SIMBA_SESSION_END("$3") " AS ends FROM simba_session_lease AS s) AS e"
+	" WHERE e.ends > $1",
+	3, {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, .scans = true
+};
+
+/* What these sessions ($1) hold: mutexes (mutex true), semaphore keys and read-write locks. */
+static SimbaPlan lapsed_holds = {
+	"SELECT m.mutex, true FROM simba_mutex AS m WHERE m.session_id = ANY ($1) AND m.owner_id IS NOT NULL"
+	" UNION SELECT p.key, false FROM simba_semaphore_permit AS p WHERE p.session_id = ANY ($1)"
+	" UNION SELECT h.rwlock, false FROM simba_rwlock_holder AS h WHERE h.session_id = ANY ($1)",
+	1, {UUIDARRAYOID}
 };
 
 static Datum
@@ -314,12 +337,6 @@ collect(FunctionCallInfo fcinfo, Datum ids)
 	simba_execute(fcinfo, &session_delete, &ids, NULL, 0);
 }
 
-static int
-compare_woken(const ListCell *a, const ListCell *b)
-{
-	return strcmp(lfirst(a), lfirst(b));
-}
-
 Datum
 simba_session_close_1_4(PG_FUNCTION_ARGS)
 {
@@ -329,7 +346,6 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 	List	   *woken = NIL;
 	int64		released = 0;
 	TimestampTz t;
-	ListCell   *lc;
 
 	caller_args(fcinfo, args, session_id, &caller);
 	SPI_connect();
@@ -377,9 +393,7 @@ simba_session_close_1_4(PG_FUNCTION_ARGS)
 	 * repeats fold into one), in byte order of the names as
 	 * simba_release_all does, not in the order the rows happened to be read.
 	 */
-	list_sort(woken, compare_woken);
-	foreach(lc, woken)
-		simba_wake((char *) lfirst(lc));
+	simba_wake_all(woken);
 	SPI_finish();
 	PG_RETURN_INT64(released);
 }
@@ -404,6 +418,68 @@ simba_session_gc_1_4(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_INT64(removed);
+}
+
+/*
+ * simba_wake_lapsed(since) → (scanned_to, next_end, sessions): sends what
+ * a close of each session that ended after since (at most a minute back)
+ * and by now would send, without changing anything: NOTIFY simba for what
+ * it held, and to the head of each of its mutexes' fair queues. The lapse
+ * waker's round (lapse.c); scanned_to is the since of the next round,
+ * next_end the next session's end (NULL: none).
+ */
+Datum
+simba_wake_lapsed(PG_FUNCTION_ARGS)
+{
+	TimestampTz since = PG_GETARG_TIMESTAMPTZ(0);
+	TimestampTz t;
+	TimestampTz origin;
+	TupleDesc	tupdesc;
+	Datum		values[3];
+	bool		isnull[3] = {false, false, false};
+	Datum		ids;
+	bool		none;
+	int64		sessions = 0;
+
+	simba_enter(fcinfo, false);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "simba: return type must be a row type");
+	t = simba_now(fcinfo);
+	origin = simba_clock_origin(fcinfo);
+	since = Max(since, t - 60 * USECS_PER_SEC);
+	SPI_connect();
+	simba_execute(fcinfo, &lapsed_select,
+				  (Datum[]) {TimestampTzGetDatum(since), TimestampTzGetDatum(t), TimestampTzGetDatum(origin)},
+				  (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1);
+	ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &none);
+	values[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull[1]);
+	if (!none)
+	{
+		List	   *woken = NIL;
+		Datum	   *mutexes;
+		int			n = 0;
+		uint64		i;
+
+		sessions = ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)), ARR_DIMS(DatumGetArrayTypeP(ids)));
+		simba_execute(fcinfo, &lapsed_holds, &ids, NULL, 0);
+		mutexes = palloc((SPI_processed + 1) * sizeof(Datum));
+		for (i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	row = SPI_tuptable->vals[i];
+			bool		null;
+
+			woken = lappend(woken, SPI_getvalue(row, SPI_tuptable->tupdesc, 1));
+			if (DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &null)))
+				mutexes[n++] = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &null);
+		}
+		/* As simba_session_close: a fair queue's head on its own channel, the rest on simba. */
+		simba_fair_wake(fcinfo, mutexes, n, t);
+		simba_wake_all(woken);
+	}
+	values[0] = TimestampTzGetDatum(t);
+	values[2] = Int64GetDatum(sessions);
+	SPI_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, isnull)));
 }
 
 /* $1 session, $2 t, $3 origin: SIMBA_SESSION_ENDED's lock (simba.h). */

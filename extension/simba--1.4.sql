@@ -703,6 +703,22 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.simba_wait(text[], boolean) IS
   'simba: register this connection (the one that LISTENs on simba) as a waiter on each name, or (waiting false) drop registrations it made; returns the names a release under way kept it from registering (call again for those). Under simba.notify = registered only releases of registered names send NOTIFY simba';
 
+-- The lapse waker (lapse.c): the end of every session announced as its
+-- close would be, while anyone waits, so that waiters need not poll.
+CREATE FUNCTION @extschema@.simba_waker()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'simba_waker'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.simba_waker() IS
+  'simba: whether this database''s lapse waker runs, announcing the end of every session (NOTIFY simba for what it held, the heads of its fair queues) as its close would; starts it if not (simba.lapse_waker), waiting up to a second. Call it after registering with simba_wait';
+CREATE FUNCTION @extschema@.simba_wake_lapsed(since timestamptz, OUT scanned_to timestamptz,
+                                              OUT next_end timestamptz, OUT sessions bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'simba_wake_lapsed'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION @extschema@.simba_wake_lapsed(timestamptz) IS
+  'simba: the lapse waker''s round: NOTIFY what every session that ended after since (at most a minute back) and by now held, as its close would; changes nothing. Returns the time scanned to and the next session''s end';
+
 -- Granting on purpose (see the header): one call per application role.
 CREATE FUNCTION @extschema@.simba_grant(role regrole)
 RETURNS void

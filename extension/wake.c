@@ -67,6 +67,40 @@ simba_wake(const char *name)
 	Async_Notify("simba", name);
 }
 
+static int
+compare_names(const ListCell *a, const ListCell *b)
+{
+	return strcmp(lfirst(a), lfirst(b));
+}
+
+void
+simba_wake_all(List *names)
+{
+	ListCell   *lc;
+
+	list_sort(names, compare_names);
+	foreach(lc, names)
+		simba_wake((char *) lfirst(lc));
+}
+
+bool
+simba_wake_registered(void)
+{
+	uint32		bucket;
+
+	for (bucket = 0; bucket < SIMBA_WAKE_BUCKETS; bucket++)
+	{
+		LOCKTAG		tag;
+
+		/* RowExclusiveLock conflicts with a registration's ShareLock only, as a release's try-lock. */
+		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SIMBA_WAKE_CLASS, bucket, 2);
+		if (LockAcquire(&tag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+			return true;
+		LockRelease(&tag, RowExclusiveLock, true);
+	}
+	return false;
+}
+
 PG_FUNCTION_INFO_V1(simba_wait);
 
 /*

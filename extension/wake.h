@@ -17,6 +17,10 @@ typedef enum SimbaNotify
 extern int	simba_notify;
 /* NOTIFY simba, name at commit, unless simba.notify lets it skip (wake.c). */
 extern void simba_wake(const char *name);
+/* simba_wake for each of these names (C strings), in byte order of the names. */
+extern void simba_wake_all(List *names);
+/* Whether any connection of this database is registered as a waiter (simba_wait). */
+extern bool simba_wake_registered(void);
 /*
  * The fair lock's wake-ups (wake.c): the channel a fair waiter is woken on,
  * and, inside SPI, a NOTIFY to the head of each of these mutexes' queues

@@ -195,3 +195,43 @@ BEGIN
     RETURN pg_catalog.cardinality(ids);
 END
 $$;
+
+-- The lapse waker's round (lapse.c in the extension): what a close of each
+-- session that ended after since (at most a minute back) and by now would
+-- send, changing nothing. This edition runs no waker (simba_waker() is
+-- false); an owner may run this from a scheduler of its own.
+CREATE FUNCTION simba_wake_lapsed(since timestamptz, OUT scanned_to timestamptz, OUT next_end timestamptz,
+                                  OUT sessions bigint)
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+    ids uuid[];
+    mutexes text[];
+    notify text := (SELECT s.notify FROM simba_settings AS s);
+    n text;
+BEGIN
+    PERFORM simba_portable_enter('simba_wake_lapsed', false);
+    since := GREATEST(since, t - interval '1 minute');
+    SELECT pg_catalog.array_agg(s.session_id) FILTER (WHERE s.transition_at <= t),
+           pg_catalog.min(s.transition_at) FILTER (WHERE s.transition_at > t)
+      INTO ids, next_end
+      FROM simba_session_lease AS s WHERE s.transition_at > since;
+    scanned_to := t;
+    sessions := COALESCE(pg_catalog.cardinality(ids), 0);
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT COALESCE(pg_catalog.array_agg(m.mutex), '{}') INTO mutexes
+      FROM simba_mutex AS m WHERE m.session_id = ANY (ids) AND m.owner_id IS NOT NULL;
+    -- As simba_session_close: a fair queue's head on its own channel, the rest on simba.
+    PERFORM simba_portable_fair_wake(mutexes, t);
+    FOR n IN SELECT w FROM (SELECT m AS w FROM pg_catalog.unnest(mutexes) AS m
+                            UNION SELECT p.key FROM simba_semaphore_permit AS p WHERE p.session_id = ANY (ids)
+                            UNION SELECT h.rwlock FROM simba_rwlock_holder AS h WHERE h.session_id = ANY (ids)) AS d
+              ORDER BY w COLLATE "C" LOOP
+        PERFORM simba_portable_wake(n, notify);
+    END LOOP;
+END
+$$;

@@ -57,3 +57,16 @@ BEGIN
     RETURN refused;
 END
 $$;
+
+-- The lapse waker is a background worker of the C extension: none here, so
+-- waiters poll at each lease's end.
+CREATE FUNCTION simba_waker()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, :"schema", pg_temp
+AS $$
+BEGIN
+    PERFORM simba_portable_enter('simba_waker', false);
+    RETURN false;
+END
+$$;
