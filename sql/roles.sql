@@ -41,7 +41,7 @@ SELECT simba_semaphore_fence_check('rk', :'a_token', :a_fence);
 -- a short lease that lapses: then b, with the same id, is a new holder
 SELECT owner_id, fence FROM simba_acquire('r-short', 'shared-id', '10ms', '0s');
 RESET ROLE;
-SELECT pg_sleep(greatest(0, extract(epoch FROM transition_at - clock_timestamp())) + 0.01)
+SELECT pg_sleep(greatest(0, extract(epoch FROM transition_at - (simba_clock()).now)) + 0.01)
   FROM simba_mutex WHERE mutex = 'r-short';
 SET ROLE regress_simba_b;
 -- b cannot log a late release in a's name
