@@ -107,6 +107,10 @@ public:
     /// `name`: registered on the LISTEN connection (ListenConnection::want_name).
     void want_name(const std::string& name, bool on) { listen_.want_name(name, on); }
     [[nodiscard]] bool names_pending(SteadyClock::time_point now) const { return listen_.names_pending(now); }
+    /// The end of a session holding `name` is announced (ListenConnection::lapses_announced).
+    [[nodiscard]] bool lapses_announced(const std::string& name) const { return listen_.lapses_announced(name); }
+    /// Announcements stopped since the last call (ListenConnection::take_unannounced).
+    [[nodiscard]] bool take_unannounced() { return listen_.take_unannounced(); }
     [[nodiscard]] int listen_sock() const { return listen_.sock(); }
     [[nodiscard]] short listen_events() const { return listen_.events(); }
     [[nodiscard]] bool listen_ready_now() const { return listen_.ready(); }

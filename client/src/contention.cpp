@@ -444,8 +444,8 @@ void Contention::listen_for(const ServicePtr& svc) {
 
 /// A fair attempt's place and channel (columns 8 and 9 of its row).
 void Contention::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
-    svc->queued = !row[8].is_null();
-    const auto channel = row[9].is_null() ? std::string() : row[9].as<std::string>();
+    svc->queued = !row[9].is_null();
+    const auto channel = row[10].is_null() ? std::string() : row[10].as<std::string>();
     if (channel == svc->wake_channel) return;
     // An identifier the server made ("simba_fair_" and hex digits): LISTEN quotes it as it is.
     const bool plain = !channel.empty() && channel.size() < 64 &&
@@ -520,6 +520,10 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
         return;
     }
     auto delay = svc->period.ensure_next_delay(o, now);
+    // The server announces the end of the holder's session (its lapse
+    // waker, our name registered): the poll is only a backstop.
+    if (!o.is_owner(svc->id) && o.under_session && conn_.lapses_announced(svc->mutex))
+        delay = std::max(delay, std::chrono::duration_cast<SteadyClock::duration>(options_.announced_lapse_poll));
     if (svc->queued) {
         // A fair waiter keeps its place by asking within its entry's lease;
         // with someone ahead, a free mutex is theirs (it is woken after).
@@ -650,7 +654,7 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
         auto rows = options_.pooled ? tx.exec_params(kAcquireBatchSql, names, ids, ttls, trs, sessions)
                                     : tx.exec_prepared("simba_acquire_batch", names, ids, ttls, trs, sessions);
         for (const auto& row : rows) {
-            auto i = row[8].as<std::size_t>() - 1;
+            auto i = row[9].as<std::size_t>() - 1;
             if (i >= batch.size() || done[i]) continue;
             done[i] = 1;
             finish_attempt(batch[i], row, anchor);

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <utility>
 
 #include "simba/log.hpp"
 #include "statements.hpp"
@@ -68,6 +69,8 @@ void ListenConnection::close() {
     }
     names_retry_at_ = {};
     names_backoff_ = names_retry;
+    unannounced_ = unannounced_ || announced_;
+    announced_ = asking_waker_ = false;
 }
 
 void ListenConnection::want(const std::string& channel, bool on) {
@@ -88,6 +91,18 @@ void ListenConnection::want_name(const std::string& name, bool on) {
     auto it = names_.try_emplace(name).first;
     it->second.refs += on ? 1 : -1;
     name_settled(it);
+}
+
+bool ListenConnection::lapses_announced(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(want_m_);
+    if (!announced_) return false;
+    auto it = names_.find(name);
+    return it != names_.end() && it->second.registered;
+}
+
+bool ListenConnection::take_unannounced() {
+    std::lock_guard<std::mutex> lock(want_m_);
+    return std::exchange(unannounced_, false);
 }
 
 bool ListenConnection::names_pending(SteadyClock::time_point now) const {
@@ -190,6 +205,9 @@ bool ListenConnection::send_listen(SteadyClock::time_point now, SteadyClock::dur
         for (auto& c : have_)
             if (!want_.count(c)) sql += "; UNLISTEN \"" + c + "\"";
         names_sql(now, sql);
+        // After the registrations: a waker that answers true stays while they do (lapse.c).
+        asking_waker_ = !waker_unavailable_ && !names_unavailable_ && !names_.empty();
+        if (asking_waker_) sql += "; SELECT simba_waker() AS waker";
     }
     if (!PQsendQuery(conn_, sql.c_str())) return fail("LISTEN could not be sent: " + trimmed_message(PQerrorMessage(conn_)));
     const int f = PQflush(conn_);
@@ -221,12 +239,19 @@ bool ListenConnection::read_results(SteadyClock::time_point now, Heard& heard) {
             have_ = std::move(sending_);
             sending_.clear();
             names_done(now, first, heard);
+            asking_waker_ = false;
             break;
         }
         const auto status = PQresultStatus(r);
         if (status == PGRES_TUPLES_OK && PQnfields(r) == 1 && std::string(PQfname(r, 0)) == "refused") {
             std::lock_guard<std::mutex> lock(want_m_);
             for (int i = 0; i < PQntuples(r); ++i) refused_.insert(PQgetvalue(r, i, 0));
+        }
+        if (status == PGRES_TUPLES_OK && PQnfields(r) == 1 && std::string(PQfname(r, 0)) == "waker") {
+            std::lock_guard<std::mutex> lock(want_m_);
+            const bool announced = PQntuples(r) == 1 && std::string(PQgetvalue(r, 0, 0)) == "t";
+            unannounced_ = unannounced_ || (announced_ && !announced);
+            announced_ = announced;
         }
         const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
         std::string msg = ok ? "" : trimmed_message(PQresultErrorMessage(r));
@@ -242,6 +267,9 @@ bool ListenConnection::read_results(SteadyClock::time_point now, Heard& heard) {
             if (!sending_names_.empty() && (sqlstate == "42883" || sqlstate == "42501")) {
                 names_unavailable_ = true;
                 msg += " (this process no longer registers its waits: under simba.notify = registered it polls)";
+            } else if (asking_waker_ && (sqlstate == "42883" || sqlstate == "42501")) {
+                waker_unavailable_ = true;  // an extension before simba_waker: waiters poll at each lease's end
+                msg += " (this process no longer asks simba_waker(): its waiters poll at each lease's end)";
             }
         }
         if (!ok) return fail("LISTEN failed: " + msg, sqlstate);

@@ -26,6 +26,13 @@
 // names_retry_max while refusals go on; once it succeeds,
 // heard.registered names it: its waiters attempt once more, since a release
 // may have gone by unheard before (docs/design.md, "Wake-ups").
+//
+// While it has names, each exchange also asks simba_waker(): whether the
+// server's lapse waker runs and so announces the end of every session. A
+// waiter whose name is registered and whose holder's lease is a session's
+// then polls only as a backstop (lapses_announced()); when the answer turns
+// false or the connection goes, take_unannounced() says so once, and those
+// waiters attempt again.
 #pragma once
 
 #include <libpq-fe.h>
@@ -82,6 +89,12 @@ public:
     void want_name(const std::string& name, bool on);
     /// Any thread: a name's registration is due to be sent or dropped.
     [[nodiscard]] bool names_pending(SteadyClock::time_point now) const;
+    /// Any thread: `name` is registered here and the server said its lapse
+    /// waker runs: the end of a session holding it will be announced.
+    [[nodiscard]] bool lapses_announced(const std::string& name) const;
+    /// Any thread: lapses were announced and no longer are (the waker
+    /// stopped, the connection went) since the last call.
+    [[nodiscard]] bool take_unannounced();
 
     [[nodiscard]] bool is_open() const { return conn_ != nullptr; }
     /// Connected and listening.
@@ -140,6 +153,10 @@ private:
     SteadyClock::time_point names_retry_at_{};   // after a refusal
     SteadyClock::duration names_backoff_ = names_retry;  // doubles while refusals go on
     bool names_unavailable_ = false;             // simba_wait missing or not granted: never again
+    bool announced_ = false;                     // simba_waker() said true on this connection
+    bool asking_waker_ = false;                  // the exchange in flight asks it
+    bool waker_unavailable_ = false;             // simba_waker missing or not granted: never again
+    bool unannounced_ = false;                   // announced_ went from true to false (take_unannounced)
     bool names_live_ = false;                    // a connection is open to send them on
     static constexpr auto names_retry = std::chrono::milliseconds(20);
     static constexpr auto names_retry_max = std::chrono::seconds(1);  // a bucket held for long (a long release, a stranger)

@@ -96,6 +96,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             throw InvalidArgumentError("notify_min_interval must be positive", "22023");
         if (o.shutdown_timeout.count() < 0)
             throw InvalidArgumentError("shutdown_timeout must not be negative", "22023");
+        if (o.announced_lapse_poll.count() <= 0)
+            throw InvalidArgumentError("announced_lapse_poll must be positive", "22023");
         return o;
     }
 
@@ -363,6 +365,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         for (;;) {
             auto now = SteadyClock::now();
             if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
+            // Lapses no longer announced: waiters that only had a backstop poll attempt now.
+            if (connections.take_unannounced() && connections.up()) contention.attempt_all(now, true);
             listen_broke = false;
             connections.probe();  // an idle statement connection the server closed goes now (notice_loss)
             if (connections.up() && !notified.empty()) contention.notified(notified);

@@ -25,7 +25,8 @@ std::int64_t micros_or_zero(const pqxx::field& f) { return f.is_null() ? 0 : f.a
     " simba_epoch_us(o.ttl_at),"                                                \
     " simba_epoch_us(o.transition_at),"                                         \
     " o.version, o.fence,"                                                      \
-    " simba_epoch_us(o.current_at)"
+    " simba_epoch_us(o.current_at),"                                            \
+    " o.session_id IS NOT NULL"
 
 const char* const kAcquireSql =
     "SELECT " SIMBA_OWNER_COLUMNS("$2")
@@ -37,7 +38,7 @@ const char* const kRenewSql =
     " $5::int8 * interval '1 microsecond') AS o";
 // Many attempts in one statement, in array order (the client sorts them by
 // mutex name, so batches of different processes lock rows in one order and
-// cannot deadlock each other); column 8 = the attempt's 1-based index.
+// cannot deadlock each other); column 9 = the attempt's 1-based index.
 const char* const kAcquireBatchSql =
     "SELECT " SIMBA_OWNER_COLUMNS("a.id") ", a.i"
     " FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::uuid[])"
@@ -180,6 +181,7 @@ MutexOwner parse_owner(const pqxx::row& r, const std::string& mutex, SteadyClock
     o.version = r[5].is_null() ? 0 : r[5].as<std::int64_t>();
     o.fence = r[6].is_null() ? 0 : r[6].as<std::int64_t>();
     o.current_at = microseconds(micros_or_zero(r[7]));
+    o.under_session = !r[8].is_null() && r[8].as<bool>();
     o.anchor = anchor;
     return o;
 }

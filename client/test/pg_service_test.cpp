@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "pg_support.hpp"
 #include "prom_check.hpp"
@@ -21,6 +22,65 @@ using simba::MutexContendService;
 using simba::MutexState;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
+
+// ------------------------------------------------------------------ lapse
+
+// A holder that dies under a session of its own (plain SQL: it stops its
+// keepalives, closes nothing). With the C extension the server's lapse
+// waker announces the session's end: the waiter, its name registered,
+// stops polling at each lease's end and takes over when the NOTIFY comes.
+// The portable edition has no waker: the waiter polls, and takes over at
+// its poll after the lapse.
+TEST(Lapse, AWaiterOfADeadSessionTakesOverAtItsEnd) {
+    auto db = admin();
+    const auto m = unique_name("lapse");
+    auto holder = admin();
+    std::string session;
+    {
+        pqxx::nontransaction tx(*holder);
+        session = tx.exec1("SELECT session_id::text FROM simba_session_open('1s', '500ms')")[0].as<std::string>();
+        ASSERT_EQ(tx.exec_params1("SELECT owner_id FROM simba_acquire($1, 'dead', session_id => $2::uuid)", m,
+                                  session)[0].as<std::string>(), "dead");
+    }
+    std::atomic<bool> alive{true};
+    std::thread keepalive([&] {
+        while (alive) {
+            pqxx::nontransaction(*holder).exec_params("SELECT simba_session_keepalive($1::uuid)", session);
+            std::this_thread::sleep_for(300ms);
+        }
+    });
+    auto options = test_options("lapse");
+    options.listen_ping_interval = 500ms;
+    simba::pg::ContendServiceFactory factory("", options);
+    auto w = std::make_shared<Recorder>(m, "W");
+    auto sw = factory.create(w, lease(2000ms, 1000ms));
+    sw->start();
+    // its first attempt, then the one after its registration took effect
+    ASSERT_TRUE(eventually([&] { return attempts_of(factory, m, "W") >= 2; }, 10s));
+    const auto before = attempts_of(factory, m, "W");
+    // three of the holder's leases, each of which a poll would have ended
+    std::this_thread::sleep_for(4500ms);
+    const auto polls = attempts_of(factory, m, "W") - before;
+    if (portable_edition())
+        EXPECT_GE(polls, 2u) << "without a waker the waiter polls at each lease's end";
+    else
+        EXPECT_EQ(polls, 0u) << "the waiter polled though the lapse is announced";
+    EXPECT_EQ(owner_of(*db, m), "dead");
+    alive = false;
+    keepalive.join();
+    const auto left = pqxx::nontransaction(*db).exec_params1(
+        "SELECT (extract(epoch FROM transition_at - (simba_clock()).now) * 1000)::bigint FROM simba_session_lease"
+        " WHERE session_id = $1::uuid", session)[0].as<long long>();
+    const auto ends = SteadyClock::now() + milliseconds(left);
+    ASSERT_TRUE(w->wait([](auto& ev) { return !ev.empty(); }, 10s));
+    const auto at = w->events().front().at;
+    std::printf("takeover %lld ms after the session's end\n",
+                static_cast<long long>(duration_cast<milliseconds>(at - ends).count()));
+    EXPECT_GT(at, ends - 50ms);
+    EXPECT_LT(at, ends + 1500ms);
+    EXPECT_EQ(owner_of(*db, m), "W");
+    sw->stop();
+}
 
 // ------------------------------------------------------------------ roles
 

@@ -139,6 +139,13 @@ struct FactoryOptions {
     /// a warning, that it waits), so a service can start before its
     /// database. A wrong database, role or password still throws at once.
     bool wait_for_server = false;
+    /// Where the server's lapse waker runs (extension 1.4, simba_waker():
+    /// it announces the end of every session), a waiter whose holder's lease
+    /// is a session's polls this rarely instead of at each lease's end: a
+    /// backstop, since the NOTIFY brings its attempt at the lapse. Waiters
+    /// of holders with leases of their own, and any waiter while LISTEN is
+    /// down, poll as before. Must be positive.
+    std::chrono::milliseconds announced_lapse_poll{300000};
 };
 
 /// PostgreSQL factory. Whatever the number of services: two connections (one

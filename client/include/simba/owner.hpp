@@ -33,6 +33,9 @@ struct MutexOwner {
     std::int64_t fence = 0;
     ServerTime current_at{0};       ///< server time of the decision
     SteadyClock::time_point anchor{};  ///< steady time the request was sent
+    /// The lease is the holder's session's: where the server's lapse waker
+    /// runs, its end is announced (NOTIFY), so a waiter need not poll for it.
+    bool under_session = false;
 
     /// A free mutex (no owner), observed at `anchor`.
     [[nodiscard]] static MutexOwner none(std::string mutex,
