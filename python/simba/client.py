@@ -63,7 +63,7 @@ _OWNER_COLUMNS = (
     " CASE WHEN o.owner_role <> current_user AND o.owner_id = {id}"
     " THEN o.owner_role || ':' || o.owner_id ELSE o.owner_id END,"
     " simba_epoch_us(o.acquired_at), simba_epoch_us(o.ttl_at), simba_epoch_us(o.transition_at),"
-    " o.version, o.fence, simba_epoch_us(o.current_at)"
+    " o.version, o.fence, simba_epoch_us(o.current_at), o.session_id IS NOT NULL"
 )
 ACQUIRE_SQL = (
     "SELECT " + _OWNER_COLUMNS.format(id="%(id)s") +
@@ -117,7 +117,8 @@ def _us(seconds: float) -> int:
 class _Owner:
     """An owner row as the client reads it (times in epoch microseconds)."""
 
-    __slots__ = ("owner_id", "acquired_at", "ttl_at", "transition_at", "fence", "current_at", "sent_at")
+    __slots__ = ("owner_id", "acquired_at", "ttl_at", "transition_at", "fence", "current_at", "under_session",
+                 "sent_at")
 
     def __init__(self, row: Sequence[Any], sent_at: float) -> None:
         self.owner_id: Optional[str] = row[1]
@@ -126,6 +127,7 @@ class _Owner:
         self.transition_at: int = row[4] or 0
         self.fence: int = row[6] or 0
         self.current_at: int = row[7] or 0
+        self.under_session: bool = bool(row[8])  # the lease is its session's: a lapse waker announces its end
         self.sent_at = sent_at
 
 
@@ -244,6 +246,7 @@ class Client:
         retry_delay: float = 0.5,
         notify_min_interval: float = 0.1,
         listen_ping_interval: float = 5.0,
+        announced_lapse_poll: float = 300.0,
         shutdown_timeout: float = 2.0,
         listen: bool = True,
         prepare: bool = True,
@@ -260,6 +263,8 @@ class Client:
             raise InvalidArgumentError("clock_drift_ppm must be between 0 and 100000", "22023")
         if not notify_min_interval > 0:
             raise InvalidArgumentError("notify_min_interval must be positive", "22023")
+        if not announced_lapse_poll > 0:
+            raise InvalidArgumentError("announced_lapse_poll must be positive", "22023")
         self._conninfo = conninfo
         if pooled:
             # A transaction pooler gives each statement any server
@@ -286,6 +291,7 @@ class Client:
         self._retry_delay = min(retry_delay, session_ttl / 4)
         self.notify_min_interval = notify_min_interval
         self._ping_interval = listen_ping_interval
+        self.announced_lapse_poll = announced_lapse_poll
         self._shutdown_timeout = shutdown_timeout
         self._prepare = prepare
         params = _conninfo.conninfo_to_dict(conninfo)
@@ -325,6 +331,10 @@ class Client:
         self._listen_connected = threading.Event()
         self._wanted: Dict[str, int] = {}  # names waited on -> waiters
         self._registered: Set[str] = set()
+        # simba_waker() said true on the LISTEN connection: the end of every
+        # session is announced, so a registered waiter polls only as a backstop
+        self._announced = False
+        self._waker_unavailable = False
         self._channels: Dict[str, int] = {}  # fair waiters' wake channels -> waiters
         self._listening: Set[str] = set()  # those LISTENed to now
         self._register_dirty = False
@@ -973,7 +983,8 @@ class Client:
                         retry_register_at = monotonic() + 0.02
                     last_exchange = monotonic()
                 elif monotonic() >= last_exchange + self._ping_interval:
-                    self._listen_exec(conn, "LISTEN simba")  # proves the connection alive
+                    if not self._ask_waker(conn):  # either proves the connection alive
+                        self._listen_exec(conn, "LISTEN simba")
                     last_exchange = monotonic()
             except (psycopg.Error, OSError) as e:
                 if self._closing:
@@ -985,6 +996,7 @@ class Client:
                     pass
                 conn = None
                 self._listen_connected.clear()
+                self._set_announced(False)
                 with self._mu:
                     if self._listen_cut:  # it missed a deadline: it alone goes, waiters poll meanwhile
                         self._listen_cut = False
@@ -1072,9 +1084,40 @@ class Client:
         self._drain(conn)
         with self._mu:
             self._registered = (self._registered | (set(add) - set(refused))) - set(drop)
+        self._ask_waker(conn)  # after the registrations: a waker that says true stays while they do
         for name in set(add) - set(refused):
             self._wake(name)  # a release may have gone by before the registration
         return bool(refused)
+
+    def _ask_waker(self, conn: "psycopg.Connection[Any]") -> bool:
+        """While names are registered: whether the server's lapse waker
+        runs (``simba_waker()``, which starts it). Returns whether it asked."""
+        with self._mu:
+            if self._waker_unavailable or not self._registered:
+                return False
+        try:
+            rows = self._listen_exec(conn, "SELECT simba_waker()")
+        except psycopg.errors.Error as e:
+            if conn.broken:
+                raise
+            log.info("simba: simba_waker unavailable (%s): waiters poll at each lease's end", str(e).strip())
+            with self._mu:
+                self._waker_unavailable = True
+            self._set_announced(False)
+            return True
+        self._set_announced(bool(rows and rows[0][0]))
+        return True
+
+    def _set_announced(self, announced: bool) -> None:
+        with self._mu:
+            was, self._announced = self._announced, announced
+        if was and not announced:
+            self._wake(None)  # waiters that only had a backstop poll attempt now
+
+    def _lapses_announced(self, name: str) -> bool:
+        """The end of a session holding ``name`` will be announced."""
+        with self._mu:
+            return self._announced and name in self._registered
 
     # ---------------------------------------------------------- shutdown
 
@@ -1143,6 +1186,10 @@ class _WaitSchedule:
         """After an attempt that failed: the next in ``delay`` seconds."""
         self._poll_at = monotonic() + max(0.0, delay)
         self._notified = False
+
+    def at_least(self, delay: float) -> None:
+        """The next attempt no sooner than ``delay`` seconds from now."""
+        self._poll_at = max(self._poll_at, monotonic() + max(0.0, delay))
 
     def at_most(self, delay: float) -> None:
         """The next attempt no later than ``delay`` seconds from now."""
@@ -1350,6 +1397,10 @@ class Lock:
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         """When to attempt again after an attempt that lost to ``owner``."""
         schedule.lost_to(owner)
+        c = self._client
+        if (owner.under_session and owner.owner_id not in (None, self.contender_id)
+                and c._lapses_announced(self._names[0])):
+            schedule.at_least(c.announced_lapse_poll)  # the NOTIFY at its session's end brings it
         if self._queued:  # a fair waiter keeps its place by asking within its entry's lease
             schedule.at_most(self._client._ttl_us / 2e6)
 
@@ -1382,7 +1433,7 @@ class Lock:
             row, sent_at, _ = self._under_session(FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL, {
                 "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us})
             if self.fair:
-                self._fair_reply(row[8], row[9])
+                self._fair_reply(row[9], row[10])
             return self._apply_reply(row, sent_at)
 
     def _under_session(self, sql: str, params: Dict[str, Any], *, one: bool = True) -> Tuple[Any, float, str]:
