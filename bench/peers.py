@@ -1,10 +1,12 @@
-"""Benchmark 10 (make bench-peers): simba against etcd and Redis, every
-store durable on the same disk and driven by a driver of its own that
-speaks one command line (bench/README.md, "10. Against the peers"). Run by
-bench/peers.sh inside a durable throwaway cluster (libpq's environment,
-SIMBA_PGDATA); it starts and stops the other stores itself, under DIR.
+"""Benchmark 10 (make bench-peers): simba against etcd, ZooKeeper with
+Curator and Redis, every store durable on the same disk and driven by a
+driver of its own that speaks one command line (bench/README.md, "10.
+Against the peers"). Run by bench/peers.sh inside a durable throwaway
+cluster (libpq's environment, SIMBA_PGDATA); it starts and stops the other
+stores itself, under DIR.
 
     python3 bench/peers.py --dir DIR --simba-driver BIN --etcd-driver BIN
+        --curator-driver "java -cp ... BenchPeersCurator"
         [--rounds 2] [--seconds 5] [--trials 3] [--hold 10000] [--json FILE]
 
 Every row runs each store in turn, the order rotated per round; a row's
@@ -25,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-LEASE_S = 5  # every store's lease: simba's ttl + transition, etcd's session TTL, Redis's PX
+LEASE_S = 5  # every store's lease: simba's ttl + transition, etcd's session TTL, ZooKeeper's session timeout, Redis's PX
 
 
 def free_port() -> int:
@@ -86,6 +88,47 @@ def start_etcd(a, d):
                             stdout=open(d / "etcd.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: port_open(cp), 30, "etcd")
     return Store("etcd", shlex.split(a.etcd_driver), url, lambda: [proc.pid], proc), []
+
+
+# Debian's zoo.cfg (zookeeperd's defaults: tickTime 2000, so sessions of 4-40 s),
+# with a directory and port of our own, the fsync named, and two changes:
+# maxClientCnxns (60 per client address by default) lifted for the 64
+# clients on one address; the admin server (an HTTP port) off; of the
+# four-letter words only srvr, to tell when it serves.
+ZOO_CFG = """tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir={data}
+clientPort={port}
+clientPortAddress=127.0.0.1
+forceSync=yes
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=srvr
+"""
+ZOO_CP = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+
+
+def zk_serving(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"srvr")
+            return b"Mode: standalone" in s.makefile("rb").read()
+    except OSError:
+        return False
+
+
+def start_zookeeper(a, d):
+    port, zd = free_port(), d / "zookeeper"
+    (zd / "data").mkdir(parents=True, exist_ok=True)
+    (zd / "zoo.cfg").write_text(ZOO_CFG.format(data=zd / "data", port=port))
+    # As zookeeperd's init script runs it (/etc/zookeeper/conf/environment),
+    # its log4j configuration on the console, into zookeeper.log.
+    proc = subprocess.Popen(["java", "-cp", ZOO_CP, f"-Dzookeeper.log.dir={zd}", "-Dzookeeper.root.logger=INFO,CONSOLE",
+                             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zd / "zoo.cfg")],
+                            stdout=open(d / "zookeeper.log", "w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: zk_serving(port), 60, "ZooKeeper")
+    return Store("zookeeper", shlex.split(a.curator_driver), f"127.0.0.1:{port}", lambda: [proc.pid], proc), []
 
 
 def start_redis(a, d):
@@ -253,7 +296,8 @@ def main() -> int:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--simba-driver", required=True)
     p.add_argument("--etcd-driver", required=True)
-    p.add_argument("--stores", default="simba,etcd,redis")
+    p.add_argument("--curator-driver", required=True, help="the command line of ZooKeeper's driver (Curator)")
+    p.add_argument("--stores", default="simba,etcd,zookeeper,redis")
     p.add_argument("--rows", default=",".join(k for k, _, _ in ROWS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=float, default=5)
@@ -264,7 +308,7 @@ def main() -> int:
     p.add_argument("--json")
     a = p.parse_args()
     starters = {"simba": lambda: start_simba(a), "etcd": lambda: start_etcd(a, a.dir),
-                "redis": lambda: start_redis(a, a.dir)}
+                "zookeeper": lambda: start_zookeeper(a, a.dir), "redis": lambda: start_redis(a, a.dir)}
     names = a.stores.split(",")
     stores = {}
     try:
