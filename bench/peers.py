@@ -11,7 +11,8 @@ stores itself, under DIR.
 
 Every row runs each store in turn, the order rotated per round; a row's
 figure is the median over rounds and its ratio simba / peer the median of
-the per-round ratios.
+the per-round ratios. The JSON holds every round, the medians and the
+ratios; the chart (--svg, beside the JSON by default) the ratios.
 """
 import argparse
 import json
@@ -306,6 +307,7 @@ def main() -> int:
     p.add_argument("--hold", type=int, default=10000)
     p.add_argument("--window", type=float, default=20)
     p.add_argument("--json")
+    p.add_argument("--svg", help="the chart of the ratios (default: beside --json, .svg)")
     a = p.parse_args()
     starters = {"simba": lambda: start_simba(a), "etcd": lambda: start_etcd(a, a.dir),
                 "zookeeper": lambda: start_zookeeper(a, a.dir), "redis": lambda: start_redis(a, a.dir)}
@@ -327,41 +329,105 @@ def main() -> int:
                     res = fn(store, extra, a)
                     results.setdefault(key, {}).setdefault(n, []).append(res)
                     print(f"{label} [{n}, round {r + 1}]: {json.dumps(res)}", file=sys.stderr, flush=True)
-        report(results, names)
+        medians, ratios = summary(results, names)
+        report(medians, ratios, names)
         if a.json:
-            Path(a.json).write_text(json.dumps({"lease_s": LEASE_S, "rounds": a.rounds, "results": results}, indent=1))
+            Path(a.json).write_text(json.dumps({"lease_s": LEASE_S, "rounds": a.rounds, "stores": names,
+                                                "medians": medians, "ratios": ratios, "results": results}, indent=1))
+        svg = a.svg or (str(Path(a.json).with_suffix(".svg")) if a.json else None)
+        if svg:
+            Path(svg).write_text(chart(ratios, names))
     finally:
         for store, _ in stores.values():
             store.stop()
     return 0
 
 
-def report(results, names):
+def summary(results, names):
+    """Per row and figure: each store's median over rounds, and the median
+    of the per-round ratios simba / peer, oriented so that > 1 means simba
+    is better (None where a store has no such row)."""
+    medians, ratios = {}, {}
+    for key, _, _ in ROWS:
+        if key not in results:
+            continue
+        for fig, bigger in FIGURES[key]:
+            m = medians.setdefault(key, {}).setdefault(fig, {})
+            for n in names:
+                vals = [r[fig] for r in results[key].get(n, [])]
+                m[n] = statistics.median(vals) if vals else None
+            q = ratios.setdefault(key, {}).setdefault(fig, {})
+            for n in [x for x in names if x != "simba"]:
+                pairs = zip(results[key].get("simba", []), results[key].get(n, []))
+                per = [(s[fig] / o[fig]) if bigger else (o[fig] / s[fig]) for s, o in pairs if s[fig] > 0 and o[fig] > 0]
+                q[n] = statistics.median(per) if per else None
+    return medians, ratios
+
+
+def report(medians, ratios, names):
     peers = [n for n in names if n != "simba"]
     head = ["row", "figure"] + names + [f"simba/{n}" for n in peers]
     rows = [head]
     for key, label, _ in ROWS:
-        if key not in results:
-            continue
-        for fig, bigger in FIGURES[key]:
+        for fig in medians.get(key, {}):
             line = [label, fig]
-            for n in names:
-                vals = [r[fig] for r in results[key].get(n, [])]
-                line.append(f"{statistics.median(vals):.4g}" if vals else "-")
-            for n in peers:
-                pairs = list(zip(results[key].get("simba", []), results[key].get(n, [])))
-                if not pairs:
-                    line.append("-")
-                    continue
-                # per-round ratios, oriented so that > 1 means simba is better
-                ratios = [(s[fig] / o[fig]) if bigger else (o[fig] / s[fig]) for s, o in pairs if s[fig] > 0 and o[fig] > 0]
-                line.append(f"{statistics.median(ratios):.2f}" if ratios else "-")
+            line += [f"{v:.4g}" if v is not None else "-" for v in (medians[key][fig][n] for n in names)]
+            line += [f"{v:.2f}" if v is not None else "-" for v in (ratios[key][fig].get(n) for n in peers)]
             rows.append(line)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for i, r in enumerate(rows):
         print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+COLOURS = {"etcd": "#1f77b4", "zookeeper": "#2ca02c", "redis": "#d62728"}
+FIG_LABELS = {"cycles_per_s": "cycles/s", "p50_us": "p50", "p99_us": "p99", "p50_s": "p50", "max_s": "max",
+              "server_cpu_pct": "server CPU", "server_mb": "server memory", "driver_cpu_pct": "driver CPU",
+              "driver_mb": "driver memory", "take_s": "time to take"}
+
+
+def chart(ratios, names):
+    """The ratios as an SVG of horizontal bars on a log scale, one group per
+    row and figure, one bar per peer; written as text (the machine may have
+    no gnuplot)."""
+    import math
+    peers = [n for n in names if n != "simba"]
+    labels = {k: l for k, l, _ in ROWS}
+    groups = [(f"{labels[k]}: {FIG_LABELS.get(fig, fig)}", ratios[k][fig]) for k, _, _ in ROWS if k in ratios for fig in ratios[k]]
+    lo, hi = -2, 3  # 0.01x .. 1000x; bars beyond are clipped at the edge
+    left, width, bar, top = 300, 560, 11, 50
+    gh = bar * len(peers) + 8
+    height = top + gh * len(groups) + 50
+    x = lambda r: left + width * (min(max(math.log10(r), lo), hi) - lo) / (hi - lo)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left + width / 2}" y="18" text-anchor="middle" font-size="14">simba benchmark 10: simba / peer '
+           '(above 1: simba better; log scale)</text>']
+    for i, n in enumerate(peers):
+        out.append(f'<rect x="{left + 110 * i}" y="28" width="10" height="10" fill="{COLOURS.get(n, "grey")}"/>'
+                   f'<text x="{left + 110 * i + 14}" y="37">{n}</text>')
+    for e in range(lo, hi + 1):
+        out.append(f'<line x1="{x(10 ** e)}" y1="{top}" x2="{x(10 ** e)}" y2="{top + gh * len(groups)}" '
+                   f'stroke="{"black" if e == 0 else "#ccc"}"/>'
+                   f'<text x="{x(10 ** e)}" y="{top + gh * len(groups) + 14}" text-anchor="middle">{10 ** e:g}x</text>')
+    for g, (label, per) in enumerate(groups):
+        y = top + gh * g + 4
+        out.append(f'<text x="{left - 6}" y="{y + gh / 2 + 2}" text-anchor="end">{label}</text>')
+        for i, n in enumerate(peers):
+            r = per.get(n)
+            if r is None:
+                continue
+            x0, x1 = sorted((x(1), x(r)))
+            right = r >= 1 or x0 - left < 30  # the figure where it has room
+            out.append(f'<rect x="{x0:.1f}" y="{y + bar * i}" width="{max(x1 - x0, 1):.1f}" height="{bar - 1}" '
+                       f'fill="{COLOURS.get(n, "grey")}"><title>{n}: {r:.3g}</title></rect>'
+                       f'<text x="{x1 + 3 if right else x0 - 3:.1f}" y="{y + bar * i + bar - 2}" font-size="9" '
+                       f'text-anchor="{"start" if right else "end"}">{r:.2g}</text>')
+    out.append(f'<text x="{left + width / 2}" y="{height - 12}" text-anchor="middle">'
+               'medians of per-round ratios; bars clipped at 0.01x and 1000x</text></svg>')
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 #   bench/peers.sh                     everything
 #   bench/peers.sh --rows c1,handoff   some rows (bench/peers.py --help)
 #
-# Results: build/bench-results/peers.json and peers.log.
+# Results: build/bench-results/peers.json, peers.svg (the ratios) and peers.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
