@@ -168,17 +168,25 @@ def cpu_s(pids, with_children=False):
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def pss_mb(pids):
-    """Proportional set size: shared memory counted once across the pids."""
+def pss_mb(pids, kinds=("Pss",)):
+    """Proportional set size: shared memory counted once across the pids.
+    kinds picks smaps_rollup's lines (Pss, or Pss_Anon and Pss_Shmem)."""
     total = 0
     for pid in pids:
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
+                if line.split(":")[0] in kinds:
                     total += int(line.split()[1])
         except OSError:
             pass
     return total / 1024
+
+
+# A server's growth counts the memory it allocates (anonymous and shared),
+# not its mapped files: their proportional share shifts as other processes
+# map the same ones (the Curator driver's JVM maps ZooKeeper's libjvm.so and
+# class archive, halving their share in the server's PSS).
+GROWTH = ("Pss_Anon", "Pss_Shmem")
 
 
 # ------------------------------------------------------------------- rows
@@ -248,7 +256,7 @@ def failover(store, extra, how, trials):
 def hold(store, extra, locks, window_s):
     """Server and driver CPU % and PSS growth while `locks` locks are held."""
     pids = store.server_pids()
-    base_mb = pss_mb(pids)
+    base_mb = pss_mb(pids, GROWTH)
     proc = subprocess.Popen(store.command("hold", "--locks", locks, *extra), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     took = json.loads(proc.stdout.readline())
@@ -258,7 +266,7 @@ def hold(store, extra, locks, window_s):
     time.sleep(window_s)  # the window measured: held, nothing asked
     pids = store.server_pids()
     c1, d1, t1 = cpu_s(pids, True), cpu_s([proc.pid]), time.monotonic()
-    server_mb, driver_mb = pss_mb(pids) - base_mb, pss_mb([proc.pid])
+    server_mb, driver_mb = pss_mb(pids, GROWTH) - base_mb, pss_mb([proc.pid])
     proc.stdin.close()
     released = json.loads(proc.stdout.readline())
     proc.wait(120)
