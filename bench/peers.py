@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import socket
@@ -55,10 +56,11 @@ def port_open(port: int) -> bool:
 class Store:
     """A running store: its driver command, endpoint and server processes."""
 
-    def __init__(self, name, driver, endpoint, server_pids, proc=None):
+    def __init__(self, name, driver, endpoint, server_pids, proc=None, jvm=False):
         self.name, self.driver, self.endpoint = name, driver, endpoint
         self.server_pids = server_pids  # () -> pids whose CPU and memory are the server's
         self.proc = proc
+        self.jvm = jvm  # a Java server: its live heap is read too
 
     def command(self, mode, *args):
         return self.driver + [mode, "--endpoint", self.endpoint, "--lease-s", str(LEASE_S), *map(str, args)]
@@ -129,7 +131,8 @@ def start_zookeeper(a, d):
                              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zd / "zoo.cfg")],
                             stdout=open(d / "zookeeper.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: zk_serving(port), 60, "ZooKeeper")
-    return Store("zookeeper", shlex.split(a.curator_driver), f"127.0.0.1:{port}", lambda: [proc.pid], proc), []
+    return Store("zookeeper", shlex.split(a.curator_driver), f"127.0.0.1:{port}", lambda: [proc.pid], proc,
+                 jvm=True), []
 
 
 def start_redis(a, d):
@@ -187,6 +190,14 @@ def pss_mb(pids, kinds=("Pss",)):
 # map the same ones (the Curator driver's JVM maps ZooKeeper's libjvm.so and
 # class archive, halving their share in the server's PSS).
 GROWTH = ("Pss_Anon", "Pss_Shmem")
+
+
+def live_heap_mb(pid):
+    """A JVM's heap in use after a full collection (jcmd): what its data
+    holds, where its PSS follows the heap's sizing."""
+    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True, timeout=60)
+    info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True, timeout=60)
+    return int(re.search(r"used (\d+)K", info.stdout).group(1)) / 1024
 
 
 # ------------------------------------------------------------------- rows
@@ -257,6 +268,7 @@ def hold(store, extra, locks, window_s):
     """Server and driver CPU % and PSS growth while `locks` locks are held."""
     pids = store.server_pids()
     base_mb = pss_mb(pids, GROWTH)
+    base_live = live_heap_mb(pids[0]) if store.jvm else None
     proc = subprocess.Popen(store.command("hold", "--locks", locks, *extra), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     took = json.loads(proc.stdout.readline())
@@ -267,12 +279,13 @@ def hold(store, extra, locks, window_s):
     pids = store.server_pids()
     c1, d1, t1 = cpu_s(pids, True), cpu_s([proc.pid]), time.monotonic()
     server_mb, driver_mb = pss_mb(pids, GROWTH) - base_mb, pss_mb([proc.pid])
+    heap = {"server_live_heap_mb": live_heap_mb(pids[0]) - base_live} if store.jvm else {}  # after the window
     proc.stdin.close()
     released = json.loads(proc.stdout.readline())
     proc.wait(120)
     return {"mode": "hold", "locks": locks, "take_s": took["take_s"], "release_s": released["release_s"],
             "server_cpu_pct": 100 * (c1 - c0) / (t1 - t0), "driver_cpu_pct": 100 * (d1 - d0) / (t1 - t0),
-            "server_mb": server_mb, "driver_mb": driver_mb}
+            "server_mb": server_mb, "driver_mb": driver_mb, **heap}
 
 
 ROWS = [  # (key, label, function of (store, extra, args), the figures it reports)
