@@ -267,8 +267,8 @@ def failover(store, extra, how, trials):
 def hold(store, extra, locks, window_s):
     """Server and driver CPU % and PSS growth while `locks` locks are held."""
     pids = store.server_pids()
+    base_live = live_heap_mb(pids[0]) if store.jvm else None  # first: a full collection shrinks the heap
     base_mb = pss_mb(pids, GROWTH)
-    base_live = live_heap_mb(pids[0]) if store.jvm else None
     proc = subprocess.Popen(store.command("hold", "--locks", locks, *extra), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     took = json.loads(proc.stdout.readline())
