@@ -6,7 +6,7 @@
 # etcd with its defaults, ZooKeeper with its defaults (forceSync=yes), Redis
 # with appendfsync always. Installs what is missing (Debian's packages only),
 # builds the drivers offline, and runs bench/peers.py, which starts and
-# stops each store and prints the table (about 17 minutes on 2 cores).
+# stops each store and prints the table (about 15 minutes on 2 cores).
 #
 #   bench/peers.sh                     everything
 #   bench/peers.sh --rows c1,handoff   some rows (bench/peers.py --help)
