@@ -1,20 +1,24 @@
-"""Benchmark 10 (make bench-peers): simba against etcd and Redis, every
-store durable on the same disk and driven by a driver of its own that
-speaks one command line (bench/README.md, "10. Against the peers"). Run by
-bench/peers.sh inside a durable throwaway cluster (libpq's environment,
-SIMBA_PGDATA); it starts and stops the other stores itself, under DIR.
+"""Benchmark 10 (make bench-peers): simba against etcd, ZooKeeper with
+Curator and Redis, every store durable on the same disk and driven by a
+driver of its own that speaks one command line (bench/README.md, "10.
+Against the peers"). Run by bench/peers.sh inside a durable throwaway
+cluster (libpq's environment, SIMBA_PGDATA); it starts and stops the other
+stores itself, under DIR.
 
     python3 bench/peers.py --dir DIR --simba-driver BIN --etcd-driver BIN
+        --curator-driver "java -cp ... BenchPeersCurator"
         [--rounds 2] [--seconds 5] [--trials 3] [--hold 10000] [--json FILE]
 
 Every row runs each store in turn, the order rotated per round; a row's
 figure is the median over rounds and its ratio simba / peer the median of
-the per-round ratios.
+the per-round ratios. The JSON holds every round, the medians and the
+ratios; the chart (--svg, beside the JSON by default) the ratios.
 """
 import argparse
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import socket
@@ -25,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-LEASE_S = 5  # every store's lease: simba's ttl + transition, etcd's session TTL, Redis's PX
+LEASE_S = 5  # every store's lease: simba's ttl + transition, etcd's session TTL, ZooKeeper's session timeout, Redis's PX
 
 
 def free_port() -> int:
@@ -52,10 +56,11 @@ def port_open(port: int) -> bool:
 class Store:
     """A running store: its driver command, endpoint and server processes."""
 
-    def __init__(self, name, driver, endpoint, server_pids, proc=None):
+    def __init__(self, name, driver, endpoint, server_pids, proc=None, jvm=False):
         self.name, self.driver, self.endpoint = name, driver, endpoint
         self.server_pids = server_pids  # () -> pids whose CPU and memory are the server's
         self.proc = proc
+        self.jvm = jvm  # a Java server: its live heap is read too
 
     def command(self, mode, *args):
         return self.driver + [mode, "--endpoint", self.endpoint, "--lease-s", str(LEASE_S), *map(str, args)]
@@ -86,6 +91,48 @@ def start_etcd(a, d):
                             stdout=open(d / "etcd.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: port_open(cp), 30, "etcd")
     return Store("etcd", shlex.split(a.etcd_driver), url, lambda: [proc.pid], proc), []
+
+
+# Debian's zoo.cfg (zookeeperd's defaults: tickTime 2000, so sessions of 4-40 s),
+# with a directory and port of our own, the fsync named, and two changes:
+# maxClientCnxns (60 per client address by default) lifted for the 64
+# clients on one address; the admin server (an HTTP port) off; of the
+# four-letter words only srvr, to tell when it serves.
+ZOO_CFG = """tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir={data}
+clientPort={port}
+clientPortAddress=127.0.0.1
+forceSync=yes
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=srvr
+"""
+ZOO_CP = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+
+
+def zk_serving(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"srvr")
+            return b"Mode: standalone" in s.makefile("rb").read()
+    except OSError:
+        return False
+
+
+def start_zookeeper(a, d):
+    port, zd = free_port(), d / "zookeeper"
+    (zd / "data").mkdir(parents=True, exist_ok=True)
+    (zd / "zoo.cfg").write_text(ZOO_CFG.format(data=zd / "data", port=port))
+    # As zookeeperd's init script runs it (/etc/zookeeper/conf/environment),
+    # its log4j configuration on the console, into zookeeper.log.
+    proc = subprocess.Popen(["java", "-cp", ZOO_CP, f"-Dzookeeper.log.dir={zd}", "-Dzookeeper.root.logger=INFO,CONSOLE",
+                             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zd / "zoo.cfg")],
+                            stdout=open(d / "zookeeper.log", "w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: zk_serving(port), 60, "ZooKeeper")
+    return Store("zookeeper", shlex.split(a.curator_driver), f"127.0.0.1:{port}", lambda: [proc.pid], proc,
+                 jvm=True), []
 
 
 def start_redis(a, d):
@@ -124,17 +171,33 @@ def cpu_s(pids, with_children=False):
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def pss_mb(pids):
-    """Proportional set size: shared memory counted once across the pids."""
+def pss_mb(pids, kinds=("Pss",)):
+    """Proportional set size: shared memory counted once across the pids.
+    kinds picks smaps_rollup's lines (Pss, or Pss_Anon and Pss_Shmem)."""
     total = 0
     for pid in pids:
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
+                if line.split(":")[0] in kinds:
                     total += int(line.split()[1])
         except OSError:
             pass
     return total / 1024
+
+
+# A server's growth counts the memory it allocates (anonymous and shared),
+# not its mapped files: their proportional share shifts as other processes
+# map the same ones (the Curator driver's JVM maps ZooKeeper's libjvm.so and
+# class archive, halving their share in the server's PSS).
+GROWTH = ("Pss_Anon", "Pss_Shmem")
+
+
+def live_heap_mb(pid):
+    """A JVM's heap in use after a full collection (jcmd): what its data
+    holds, where its PSS follows the heap's sizing."""
+    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True, timeout=60)
+    info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True, timeout=60)
+    return int(re.search(r"used (\d+)K", info.stdout).group(1)) / 1024
 
 
 # ------------------------------------------------------------------- rows
@@ -204,7 +267,8 @@ def failover(store, extra, how, trials):
 def hold(store, extra, locks, window_s):
     """Server and driver CPU % and PSS growth while `locks` locks are held."""
     pids = store.server_pids()
-    base_mb = pss_mb(pids)
+    base_live = live_heap_mb(pids[0]) if store.jvm else None  # first: a full collection shrinks the heap
+    base_mb = pss_mb(pids, GROWTH)
     proc = subprocess.Popen(store.command("hold", "--locks", locks, *extra), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     took = json.loads(proc.stdout.readline())
@@ -214,13 +278,14 @@ def hold(store, extra, locks, window_s):
     time.sleep(window_s)  # the window measured: held, nothing asked
     pids = store.server_pids()
     c1, d1, t1 = cpu_s(pids, True), cpu_s([proc.pid]), time.monotonic()
-    server_mb, driver_mb = pss_mb(pids) - base_mb, pss_mb([proc.pid])
+    server_mb, driver_mb = pss_mb(pids, GROWTH) - base_mb, pss_mb([proc.pid])
+    heap = {"server_live_heap_mb": live_heap_mb(pids[0]) - base_live} if store.jvm else {}  # after the window
     proc.stdin.close()
     released = json.loads(proc.stdout.readline())
     proc.wait(120)
     return {"mode": "hold", "locks": locks, "take_s": took["take_s"], "release_s": released["release_s"],
             "server_cpu_pct": 100 * (c1 - c0) / (t1 - t0), "driver_cpu_pct": 100 * (d1 - d0) / (t1 - t0),
-            "server_mb": server_mb, "driver_mb": driver_mb}
+            "server_mb": server_mb, "driver_mb": driver_mb, **heap}
 
 
 ROWS = [  # (key, label, function of (store, extra, args), the figures it reports)
@@ -253,7 +318,8 @@ def main() -> int:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--simba-driver", required=True)
     p.add_argument("--etcd-driver", required=True)
-    p.add_argument("--stores", default="simba,etcd,redis")
+    p.add_argument("--curator-driver", required=True, help="the command line of ZooKeeper's driver (Curator)")
+    p.add_argument("--stores", default="simba,etcd,zookeeper,redis")
     p.add_argument("--rows", default=",".join(k for k, _, _ in ROWS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=float, default=5)
@@ -262,9 +328,10 @@ def main() -> int:
     p.add_argument("--hold", type=int, default=10000)
     p.add_argument("--window", type=float, default=20)
     p.add_argument("--json")
+    p.add_argument("--svg", help="the chart of the ratios (default: beside --json, .svg)")
     a = p.parse_args()
     starters = {"simba": lambda: start_simba(a), "etcd": lambda: start_etcd(a, a.dir),
-                "redis": lambda: start_redis(a, a.dir)}
+                "zookeeper": lambda: start_zookeeper(a, a.dir), "redis": lambda: start_redis(a, a.dir)}
     names = a.stores.split(",")
     stores = {}
     try:
@@ -283,41 +350,105 @@ def main() -> int:
                     res = fn(store, extra, a)
                     results.setdefault(key, {}).setdefault(n, []).append(res)
                     print(f"{label} [{n}, round {r + 1}]: {json.dumps(res)}", file=sys.stderr, flush=True)
-        report(results, names)
+        medians, ratios = summary(results, names)
+        report(medians, ratios, names)
         if a.json:
-            Path(a.json).write_text(json.dumps({"lease_s": LEASE_S, "rounds": a.rounds, "results": results}, indent=1))
+            Path(a.json).write_text(json.dumps({"lease_s": LEASE_S, "rounds": a.rounds, "stores": names,
+                                                "medians": medians, "ratios": ratios, "results": results}, indent=1))
+        svg = a.svg or (str(Path(a.json).with_suffix(".svg")) if a.json else None)
+        if svg:
+            Path(svg).write_text(chart(ratios, names))
     finally:
         for store, _ in stores.values():
             store.stop()
     return 0
 
 
-def report(results, names):
+def summary(results, names):
+    """Per row and figure: each store's median over rounds, and the median
+    of the per-round ratios simba / peer, oriented so that > 1 means simba
+    is better (None where a store has no such row)."""
+    medians, ratios = {}, {}
+    for key, _, _ in ROWS:
+        if key not in results:
+            continue
+        for fig, bigger in FIGURES[key]:
+            m = medians.setdefault(key, {}).setdefault(fig, {})
+            for n in names:
+                vals = [r[fig] for r in results[key].get(n, [])]
+                m[n] = statistics.median(vals) if vals else None
+            q = ratios.setdefault(key, {}).setdefault(fig, {})
+            for n in [x for x in names if x != "simba"]:
+                pairs = zip(results[key].get("simba", []), results[key].get(n, []))
+                per = [(s[fig] / o[fig]) if bigger else (o[fig] / s[fig]) for s, o in pairs if s[fig] > 0 and o[fig] > 0]
+                q[n] = statistics.median(per) if per else None
+    return medians, ratios
+
+
+def report(medians, ratios, names):
     peers = [n for n in names if n != "simba"]
     head = ["row", "figure"] + names + [f"simba/{n}" for n in peers]
     rows = [head]
     for key, label, _ in ROWS:
-        if key not in results:
-            continue
-        for fig, bigger in FIGURES[key]:
+        for fig in medians.get(key, {}):
             line = [label, fig]
-            for n in names:
-                vals = [r[fig] for r in results[key].get(n, [])]
-                line.append(f"{statistics.median(vals):.4g}" if vals else "-")
-            for n in peers:
-                pairs = list(zip(results[key].get("simba", []), results[key].get(n, [])))
-                if not pairs:
-                    line.append("-")
-                    continue
-                # per-round ratios, oriented so that > 1 means simba is better
-                ratios = [(s[fig] / o[fig]) if bigger else (o[fig] / s[fig]) for s, o in pairs if s[fig] > 0 and o[fig] > 0]
-                line.append(f"{statistics.median(ratios):.2f}" if ratios else "-")
+            line += [f"{v:.4g}" if v is not None else "-" for v in (medians[key][fig][n] for n in names)]
+            line += [f"{v:.2f}" if v is not None else "-" for v in (ratios[key][fig].get(n) for n in peers)]
             rows.append(line)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for i, r in enumerate(rows):
         print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+COLOURS = {"etcd": "#1f77b4", "zookeeper": "#2ca02c", "redis": "#d62728"}
+FIG_LABELS = {"cycles_per_s": "cycles/s", "p50_us": "p50", "p99_us": "p99", "p50_s": "p50", "max_s": "max",
+              "server_cpu_pct": "server CPU", "server_mb": "server memory", "driver_cpu_pct": "driver CPU",
+              "driver_mb": "driver memory", "take_s": "time to take"}
+
+
+def chart(ratios, names):
+    """The ratios as an SVG of horizontal bars on a log scale, one group per
+    row and figure, one bar per peer; written as text (the machine may have
+    no gnuplot)."""
+    import math
+    peers = [n for n in names if n != "simba"]
+    labels = {k: l for k, l, _ in ROWS}
+    groups = [(f"{labels[k]}: {FIG_LABELS.get(fig, fig)}", ratios[k][fig]) for k, _, _ in ROWS if k in ratios for fig in ratios[k]]
+    lo, hi = -2, 3  # 0.01x .. 1000x; bars beyond are clipped at the edge
+    left, width, bar, top = 300, 560, 11, 50
+    gh = bar * len(peers) + 8
+    height = top + gh * len(groups) + 50
+    x = lambda r: left + width * (min(max(math.log10(r), lo), hi) - lo) / (hi - lo)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left + width / 2}" y="18" text-anchor="middle" font-size="14">simba benchmark 10: simba / peer '
+           '(above 1: simba better; log scale)</text>']
+    for i, n in enumerate(peers):
+        out.append(f'<rect x="{left + 110 * i}" y="28" width="10" height="10" fill="{COLOURS.get(n, "grey")}"/>'
+                   f'<text x="{left + 110 * i + 14}" y="37">{n}</text>')
+    for e in range(lo, hi + 1):
+        out.append(f'<line x1="{x(10 ** e)}" y1="{top}" x2="{x(10 ** e)}" y2="{top + gh * len(groups)}" '
+                   f'stroke="{"black" if e == 0 else "#ccc"}"/>'
+                   f'<text x="{x(10 ** e)}" y="{top + gh * len(groups) + 14}" text-anchor="middle">{10 ** e:g}x</text>')
+    for g, (label, per) in enumerate(groups):
+        y = top + gh * g + 4
+        out.append(f'<text x="{left - 6}" y="{y + gh / 2 + 2}" text-anchor="end">{label}</text>')
+        for i, n in enumerate(peers):
+            r = per.get(n)
+            if r is None:
+                continue
+            x0, x1 = sorted((x(1), x(r)))
+            right = r >= 1 or x0 - left < 30  # the figure where it has room
+            out.append(f'<rect x="{x0:.1f}" y="{y + bar * i}" width="{max(x1 - x0, 1):.1f}" height="{bar - 1}" '
+                       f'fill="{COLOURS.get(n, "grey")}"><title>{n}: {r:.3g}</title></rect>'
+                       f'<text x="{x1 + 3 if right else x0 - 3:.1f}" y="{y + bar * i + bar - 2}" font-size="9" '
+                       f'text-anchor="{"start" if right else "end"}">{r:.2g}</text>')
+    out.append(f'<text x="{left + width / 2}" y="{height - 12}" text-anchor="middle">'
+               'medians of per-round ratios; bars clipped at 0.01x and 1000x</text></svg>')
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
