@@ -1390,9 +1390,13 @@ class Lock:
         finally:
             for n, w in waiters:
                 c._remove_waiter(n, w)
-            if self._channel is not None:
-                c._want_channel(self._channel, False)
-                self._channel = None
+            self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        """A fair waiter stops listening to its wake channel."""
+        if self._channel is not None:
+            self._client._want_channel(self._channel, False)
+            self._channel = None
 
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         """When to attempt again after an attempt that lost to ``owner``."""

@@ -1,11 +1,14 @@
-"""The asyncio flavour against a real server."""
+"""The asyncio flavour against a real server: locks, plain and fair, also
+against threads of the same Client and of another, cancellation and loss."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import threading
 import time
-from typing import Any, List
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -13,11 +16,73 @@ import simba
 import simba.aio
 
 from conftest import Database, eventually, unique
+from test_fair import queued
 
 
 async def aclient(db: Database, **kw: Any) -> simba.aio.AsyncClient:
     kw.setdefault("application_name", unique("simba-pytest-aio"))
     return await simba.aio.AsyncClient.connect(db.conninfo(), **kw)
+
+
+async def until(pred: Callable[[], Any], timeout: float = 5) -> bool:
+    """``eventually`` off the loop: the predicate's queries block."""
+    return await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(pred, timeout))
+
+
+def registered(db: Database) -> bool:
+    """A waiter's simba_wait registration is in place (an advisory lock of simba's)."""
+    return db.admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                            " AND classid = 1397312834").fetchone()[0] > 0
+
+
+class Occupancy:
+    """Who is inside each name at once: the most holders at a time, and
+    whether an exclusive holder ever had company."""
+
+    def __init__(self) -> None:
+        self.mu = threading.Lock()
+        self.inside: Dict[str, List[bool]] = collections.defaultdict(list)  # each holder: exclusive?
+        self.most = 0
+        self.shared_an_exclusive = False
+        self.entries = 0
+
+    @contextlib.contextmanager
+    def holding(self, names: Sequence[str], exclusive: bool) -> Iterator[None]:
+        with self.mu:
+            self.entries += 1
+            for n in names:
+                self.inside[n].append(exclusive)
+                self.most = max(self.most, len(self.inside[n]))
+                self.shared_an_exclusive |= len(self.inside[n]) > 1 and any(self.inside[n])
+        try:
+            yield
+        finally:
+            with self.mu:
+                for n in names:
+                    self.inside[n].remove(exclusive)
+
+
+Hold = Tuple[Any, Sequence[str], bool]  # something to enter, the names it holds, whether alone
+
+
+async def crowd(occ: Occupancy, tasks: Sequence[Hold], threads: Sequence[Hold], rounds: int = 6) -> None:
+    """Enters each hold ``rounds`` times, all at once: those of ``tasks``
+    from tasks of this loop (``async with``), those of ``threads`` from
+    threads (``with``), each entry counted in ``occ``."""
+    async def task(hold: Any, names: Sequence[str], exclusive: bool) -> None:
+        for _ in range(rounds):
+            async with hold:
+                with occ.holding(names, exclusive):
+                    await asyncio.sleep(0.002)  # a short hold, so that holds overlap
+
+    def thread(hold: Any, names: Sequence[str], exclusive: bool) -> None:
+        for _ in range(rounds):
+            with hold:
+                with occ.holding(names, exclusive):
+                    time.sleep(0.002)
+
+    await asyncio.wait_for(asyncio.gather(*(task(*h) for h in tasks),
+                                          *(asyncio.to_thread(thread, *h) for h in threads)), 120)
 
 
 def test_async_with_and_exclusion_with_threads(db: Database, name: str) -> None:
@@ -78,9 +143,7 @@ def test_async_waiter_woken_promptly_and_parks_no_thread(db: Database, name: str
             waiters = [asyncio.ensure_future(ac.lock(name).acquire(timeout=30)) for _ in range(20)]
             t = asyncio.ensure_future(lk.acquire(timeout=30))
             await asyncio.sleep(0)
-            assert await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(
-                lambda: db.admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                                         " AND classid = 1397312834").fetchone()[0] > 0, 5))
+            assert await until(lambda: registered(db))
             assert threading.active_count() <= threads_before + 1  # no thread per waiter
             # cancelled all at once, each ends its wait (asyncio.wait_for once lost a
             # cancellation that came as the waiter's event was set)
@@ -109,10 +172,7 @@ def test_cancel_ends_the_wait_and_holds_nothing(db: Database, name: str) -> None
         async with await aclient(db) as ac:
             lk = ac.lock(name)
             t = asyncio.ensure_future(lk.acquire())
-            # the task lost its attempt and waits (its wait is registered)
-            assert await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(
-                lambda: db.admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                                         " AND classid = 1397312834").fetchone()[0] > 0, 5))
+            assert await until(lambda: registered(db))  # the task lost its attempt and waits
             assert not t.done()
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -146,9 +206,8 @@ def test_async_loss_and_fence_check(db: Database, name: str) -> None:
                     simba.fence_check(conn, lease)
                     conn.rollback()
                     db.admin.execute("SELECT simba_force_release(%s)", (name,))
-                    ok = await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(
-                        lambda: bool(lost), 5))
-                    assert ok and lost[0].fence == lease.fence
+                    assert await until(lambda: bool(lost))
+                    assert lost[0].fence == lease.fence
                     assert not lk.is_owner()
                     with pytest.raises(simba.NotOwnerError):
                         simba.fence_check(conn, lease)
@@ -165,3 +224,92 @@ def test_async_setup_mistakes(db: Database, stranger_role: str) -> None:
         assert ei.value.sqlstate == "3D000"
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- fair locks
+
+def test_fair_lock_excludes_across_tasks_threads_and_clients(db: Database, name: str) -> None:
+    other = db.client()
+    occ = Occupancy()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            await crowd(occ, [(ac.lock(name, fair=True), [name], True) for _ in range(2)],
+                        [(ac.client.lock(name, fair=True), [name], True),
+                         (other.lock(name, fair=True), [name], True)])
+
+    asyncio.run(main())
+    assert occ.entries == 24 and occ.most == 1
+    assert queued(db, name) == [] and db.owner(name)[0] is None
+
+
+def test_fair_waiters_of_tasks_threads_and_clients_in_arrival_order(db: Database, name: str) -> None:
+    # leases of 16 s, queued waiters asking every 5 s: only a wake-up hands over within a second
+    holder = db.client().lock(name, fair=True)
+    assert holder.acquire()
+    other = db.client()
+    order: List[Tuple[str, float]] = []
+
+    async def in_task(lk: simba.aio.AsyncLock) -> None:
+        assert await lk.acquire(timeout=60)
+        order.append((lk.contender_id, time.monotonic()))
+        await lk.release()
+
+    def in_thread(lk: simba.Lock) -> None:
+        assert lk.acquire(timeout=60)
+        order.append((lk.contender_id, time.monotonic()))
+        lk.release()
+
+    async def main() -> float:
+        async with await aclient(db) as ac:
+            locks = [ac.lock(name, fair=True), other.lock(name, fair=True), ac.lock(name, fair=True),
+                     ac.client.lock(name, fair=True)]
+            waits = []
+            for lk in locks:
+                waits.append(asyncio.ensure_future(
+                    in_task(lk) if isinstance(lk, simba.aio.AsyncLock) else asyncio.to_thread(in_thread, lk)))
+                # queued before the next one arrives: arrival order is this order
+                assert await until(lambda: lk.contender_id in queued(db, name))
+            assert queued(db, name) == [lk.contender_id for lk in locks]
+            released = time.monotonic()
+            holder.release()  # the holding thread: the loop runs on it
+            await asyncio.wait_for(asyncio.gather(*waits), 60)
+            assert [i for i, _ in order] == [lk.contender_id for lk in locks]
+            return released
+
+    released = asyncio.run(main())
+    times = [released] + [t for _, t in order]
+    handoffs = [b - a for a, b in zip(times, times[1:])]
+    assert all(h < 1.0 for h in handoffs), handoffs  # woken on their channels, not polled
+    assert queued(db, name) == [] and db.owner(name)[0] is None
+
+
+def test_a_fair_waiter_cancelled_or_timed_out_leaves_the_queue(db: Database, name: str) -> None:
+    holder = db.client().lock(name, fair=True)
+    assert holder.acquire()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            quitter = ac.lock(name, fair=True, timeout=0.3)
+            assert not await quitter.acquire(timeout=0.3)
+            assert queued(db, name) == []  # its place is gone at once
+            with pytest.raises(simba.LockTimeoutError):
+                async with quitter:
+                    pass
+            assert queued(db, name) == []
+            waiter = ac.lock(name, fair=True)
+            t = asyncio.ensure_future(waiter.acquire())
+            assert await until(lambda: queued(db, name) == [waiter.contender_id])
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            # left well before its entry's lease (16 s) would have ended
+            assert await until(lambda: queued(db, name) == [])
+            assert not waiter.locked() and not waiter.is_owner()
+            holder.release()  # the holding thread: the loop runs on it
+            assert db.owner(name)[0] is None
+            async with waiter as lease:  # nothing of the cancelled wait is left to hold it up
+                assert waiter.is_owner() and lease.fence > 0
+
+    asyncio.run(main())
+    assert db.owner(name)[0] is None
