@@ -1,5 +1,5 @@
-"""The asyncio flavour: ``async with client.lock(...)``, cancellation by task
-cancel.
+"""The asyncio flavour: ``async with client.lock(...)`` and
+``client.semaphore(...)``, cancellation by task cancel.
 
 An :class:`AsyncClient` wraps a :class:`~simba.Client`, whose session,
 keepalive, LISTEN connection and deadline checks run on its background
@@ -13,10 +13,13 @@ of the event loop's. A waiting ``acquire()`` parks no thread: it awaits an
     async with await simba.aio.AsyncClient.connect("dbname=app") as client:
         async with client.lock("orders", timeout=5) as lease:
             ...
+        async with client.semaphore("exports", 3) as permit:
+            ...
 
-A lock is its threaded class with this module's acquire and release mixed
-in (:class:`AsyncLock` is a :class:`~simba.Lock`): the statements, replies,
-wait schedule and loss are the threaded lock's own, only awaited here
+Each kind is its threaded class with this module's acquire and release
+mixed in (:class:`AsyncLock` is a :class:`~simba.Lock`, :class:`AsyncPermit`
+a :class:`~simba.Permit`): the statements, replies, wait schedule and
+loss are the threaded kind's own, only awaited here
 (:func:`simba.client._drive`'s steps). Cancelling a task that waits in
 ``acquire()`` ends the wait: nothing is held after the cancellation (a grant
 that was in flight is released, a queue place left). An :class:`AsyncClient`
@@ -27,16 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import psycopg
 
 from . import errors
-from .client import Callback, Client, Lock, Steps, _run_steps
+from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
 from .errors import IllegalStateError
 from .lease import Lease, monotonic
+from .semaphore import Permit, Semaphore
 
-__all__ = ["AsyncClient", "AsyncLock"]
+__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit"]
 
 
 class _LoopEvent:
@@ -109,6 +113,15 @@ class AsyncClient:
         client's thread)."""
         return AsyncLock(self, self.client, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
                          on_suspended=on_suspended, on_resumed=on_resumed, fair=fair)
+
+    def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
+                  holder: Optional[str] = None, context: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "AsyncSemaphore":
+        """At most ``permits`` holders of ``key`` at once (as
+        :meth:`simba.Client.semaphore`): an :class:`AsyncSemaphore`."""
+        return AsyncSemaphore(self, key, permits, timeout=timeout, holder=holder or _contender_id(),
+                              context=context, on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
 
     async def close(self) -> None:
         """Closes the async connection, then the client (its session's close
@@ -213,7 +226,7 @@ class _AsyncOnly:
 
 class _AsyncHold(_AsyncOnly, Lock):
     """asyncio's acquire and release, mixed in before a threaded kind
-    (``AsyncLock(_AsyncHold, Lock)``):
+    (``AsyncLock(_AsyncHold, Lock)``, ``AsyncPermit(_AsyncHold, Permit)``):
     the kind's statements, replies, wait loop and hooks, awaited on the
     async connection. Within the process a hold is a mutex between tasks;
     not reentrant (a second ``acquire`` by the holding task raises
@@ -335,7 +348,7 @@ class _AsyncHold(_AsyncOnly, Lock):
         try:
             if run.cancelled() or run.exception() is not None:
                 return  # as an attempt that failed
-            granted = self._apply(*run.result()) is True
+            granted = self._apply(*run.result()) is True  # a permit learns its token
             with c._mu:
                 if granted:
                     self._tenure.end()
@@ -385,3 +398,51 @@ class AsyncLock(_AsyncHold, Lock):
     """A :class:`~simba.Lock` for asyncio (see :meth:`AsyncClient.lock`):
     ``await acquire()``, ``await release()``, ``async with lock as lease:``;
     ``fair=True`` as the threaded lock's."""
+
+
+class AsyncPermit(_AsyncHold, Permit):
+    """A :class:`~simba.Permit` for asyncio, held by the task that acquired
+    it (any task may release it); ``async with permit:`` releases a held
+    permit at the end."""
+
+    async def __aenter__(self) -> Lease:
+        return Permit.__enter__(self)
+
+
+class AsyncSemaphore(_AsyncOnly, Semaphore):
+    """A :class:`~simba.Semaphore` for asyncio (see
+    :meth:`AsyncClient.semaphore`): ``await acquire()`` returns a held
+    :class:`AsyncPermit` (None when none is free and ``blocking`` is False,
+    or ``timeout`` passed); ``async with semaphore as permit:`` holds one for
+    the block (:class:`~simba.errors.LockTimeoutError` after ``timeout``)."""
+
+    def __init__(self, aclient: AsyncClient, key: str, permits: int, **kw: Any) -> None:
+        super().__init__(aclient.client, key, permits, **kw)
+        self._aclient = aclient
+        self._entered_by: Dict[Optional["asyncio.Task[Any]"], List[AsyncPermit]] = {}  # innermost last
+
+    def _permit(self) -> AsyncPermit:
+        return AsyncPermit(self._aclient, self)
+
+    async def acquire(self, blocking: bool = True,  # type: ignore[override]
+                      timeout: Optional[float] = None) -> Optional[AsyncPermit]:
+        """A permit, held; None when ``blocking`` is False and none is free,
+        or when ``timeout`` (seconds, None: none) passed."""
+        permit = self._permit()
+        return permit if await permit.acquire(blocking, timeout) else None
+
+    async def __aenter__(self) -> AsyncPermit:
+        permit = await self.acquire(True, self.timeout)
+        if permit is None:
+            raise self._timeout_error()
+        self._entered_by.setdefault(asyncio.current_task(), []).append(permit)
+        return permit
+
+    async def __aexit__(self, *exc: Any) -> None:
+        task = asyncio.current_task()
+        stack = self._entered_by[task]
+        permit = stack.pop()
+        if not stack:
+            del self._entered_by[task]
+        if permit.locked():
+            await permit.release()

@@ -1,4 +1,4 @@
-"""The asyncio flavour against a real server: locks, plain and fair, also
+"""The asyncio flavour against a real server: locks and semaphores, also
 against threads of the same Client and of another, cancellation and loss."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
+import psycopg
 import pytest
 
 import simba
@@ -17,6 +18,7 @@ import simba.aio
 
 from conftest import Database, eventually, unique
 from test_fair import queued
+from test_semaphore import held_on_server
 
 
 async def aclient(db: Database, **kw: Any) -> simba.aio.AsyncClient:
@@ -313,3 +315,87 @@ def test_a_fair_waiter_cancelled_or_timed_out_leaves_the_queue(db: Database, nam
 
     asyncio.run(main())
     assert db.owner(name)[0] is None
+
+
+# ---------------------------------------------------------------- semaphores
+
+def test_semaphore_at_most_permits_across_tasks_threads_and_clients(db: Database, name: str) -> None:
+    """Three tasks sharing one AsyncSemaphore, a thread of the same Client and
+    one of another, two permits: never three at once, both permits used."""
+    other = db.client()
+    occ = Occupancy()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            sem = ac.semaphore(name, 2)
+            await crowd(occ, [(sem, [name], False) for _ in range(3)],
+                        [(ac.client.semaphore(name, 2), [name], False), (other.semaphore(name, 2), [name], False)])
+
+    asyncio.run(main())
+    assert occ.entries == 30 and occ.most == 2
+    assert held_on_server(db, name) == 0
+
+
+def test_semaphore_timeouts_and_a_cancelled_waiter(db: Database, name: str) -> None:
+    held = db.client().semaphore(name, 1).acquire()
+    assert held is not None
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            sem = ac.semaphore(name, 1, timeout=0.3)
+            assert await sem.acquire(blocking=False) is None
+            assert await sem.acquire(timeout=0.3) is None
+            with pytest.raises(simba.LockTimeoutError):
+                async with sem:
+                    pass
+            t = asyncio.ensure_future(sem.acquire())
+            assert await until(lambda: registered(db))  # it lost its attempt and waits
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert held_on_server(db, name) == 1
+            held.release()  # the acquiring thread: the loop runs on it
+            async with sem as permit:
+                assert isinstance(permit, simba.aio.AsyncPermit) and permit.is_owner()
+                assert held_on_server(db, name) == 1
+            assert not permit.is_owner() and held_on_server(db, name) == 0
+            permit = await sem.acquire()
+            assert permit is not None
+            async with permit as lease:  # a held permit, released at the block's end
+                assert lease.fence == permit.fence
+            assert not permit.locked() and held_on_server(db, name) == 0
+
+    asyncio.run(main())
+
+
+def test_a_permit_granted_as_its_task_is_cancelled_goes_back(db: Database, name: str) -> None:
+    """The acquire's statement waits on the server (the key row locked) when
+    the task is cancelled; the grant it then makes is given back by its
+    token, never held."""
+    app = unique("simba-pytest-aio")
+
+    def waiting_on_a_lock() -> bool:
+        return db.admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                                " AND wait_event_type = 'Lock'", (app,)).fetchone()[0] == 1
+
+    async def main() -> None:
+        async with await aclient(db, application_name=app, lock_timeout=1.0) as ac:  # the key waits 1 s at most
+            sem = ac.semaphore(name, 1)
+            first = await sem.acquire()
+            assert first is not None
+            fence = first.fence
+            await first.release()
+            with psycopg.connect(db.dsn()) as blocker:
+                blocker.execute("SELECT 1 FROM simba_semaphore WHERE key = %s FOR UPDATE", (name,))
+                t = asyncio.ensure_future(sem.acquire())
+                assert await until(waiting_on_a_lock)
+                t.cancel()
+                blocker.commit()  # the statement goes on and grants the permit
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert await until(lambda: held_on_server(db, name) == 0)  # given back
+            again = await sem.acquire(blocking=False)
+            assert again is not None and again.fence >= fence + 2  # the cancelled grant was made
+            await again.release()
+
+    asyncio.run(main())
