@@ -1,5 +1,6 @@
-"""The asyncio flavour: ``async with client.lock(...)`` and
-``client.semaphore(...)``, cancellation by task cancel.
+"""The asyncio flavour: ``async with client.lock(...)``,
+``client.semaphore(...)``, ``client.read_lock(...)`` and
+``client.write_lock(...)``, cancellation by task cancel.
 
 An :class:`AsyncClient` wraps a :class:`~simba.Client`, whose session,
 keepalive, LISTEN connection and deadline checks run on its background
@@ -18,7 +19,7 @@ of the event loop's. A waiting ``acquire()`` parks no thread: it awaits an
 
 Each kind is its threaded class with this module's acquire and release
 mixed in (:class:`AsyncLock` is a :class:`~simba.Lock`, :class:`AsyncPermit`
-a :class:`~simba.Permit`): the statements, replies, wait schedule and
+a :class:`~simba.Permit`, ...): the statements, replies, wait schedule and
 loss are the threaded kind's own, only awaited here
 (:func:`simba.client._drive`'s steps). Cancelling a task that waits in
 ``acquire()`` ends the wait: nothing is held after the cancellation (a grant
@@ -38,9 +39,10 @@ from . import errors
 from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
 from .errors import IllegalStateError
 from .lease import Lease, monotonic
+from .rwlock import ReadWriteLock
 from .semaphore import Permit, Semaphore
 
-__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit"]
+__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock"]
 
 
 class _LoopEvent:
@@ -113,6 +115,22 @@ class AsyncClient:
         client's thread)."""
         return AsyncLock(self, self.client, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
                          on_suspended=on_suspended, on_resumed=on_resumed, fair=fair)
+
+    def read_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "AsyncReadWriteLock":
+        """A read hold on read-write lock ``name`` (as
+        :meth:`simba.Client.read_lock`)."""
+        return AsyncReadWriteLock(self, self.client, name, "read", timeout=timeout, contender_id=contender_id,
+                                  on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def write_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                   on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                   on_resumed: Optional[Callback] = None) -> "AsyncReadWriteLock":
+        """A write hold on read-write lock ``name`` (as
+        :meth:`simba.Client.write_lock`)."""
+        return AsyncReadWriteLock(self, self.client, name, "write", timeout=timeout, contender_id=contender_id,
+                                  on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
 
     def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
                   holder: Optional[str] = None, context: Optional[str] = None,
@@ -398,6 +416,12 @@ class AsyncLock(_AsyncHold, Lock):
     """A :class:`~simba.Lock` for asyncio (see :meth:`AsyncClient.lock`):
     ``await acquire()``, ``await release()``, ``async with lock as lease:``;
     ``fair=True`` as the threaded lock's."""
+
+
+class AsyncReadWriteLock(_AsyncHold, ReadWriteLock):
+    """A :class:`~simba.ReadWriteLock` for asyncio (see
+    :meth:`AsyncClient.read_lock` and :meth:`AsyncClient.write_lock`); a
+    cancelled writer leaves the queue as one that timed out."""
 
 
 class AsyncPermit(_AsyncHold, Permit):

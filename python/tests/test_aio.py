@@ -1,4 +1,4 @@
-"""The asyncio flavour against a real server: locks and semaphores, also
+"""The asyncio flavour against a real server: locks, semaphores and read-write locks, also
 against threads of the same Client and of another, cancellation and loss."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import simba.aio
 
 from conftest import Database, eventually, unique
 from test_fair import queued
+from test_rwlock import status
 from test_semaphore import held_on_server
 
 
@@ -399,3 +400,81 @@ def test_a_permit_granted_as_its_task_is_cancelled_goes_back(db: Database, name:
             await again.release()
 
     asyncio.run(main())
+
+
+# --------------------------------------------------------- read-write locks
+
+def test_readers_share_and_a_waiting_writer_goes_first(db: Database, name: str) -> None:
+    other = db.client()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            readers = [ac.read_lock(name), other.read_lock(name), ac.client.read_lock(name)]
+            assert await readers[0].acquire(timeout=5)
+            assert readers[1].acquire(timeout=5) and readers[2].acquire(timeout=5)
+            assert status(db, name)[:2] == ("read", 3)
+            w = ac.write_lock(name)
+            t = asyncio.ensure_future(w.acquire(timeout=30))
+            assert await until(lambda: status(db, name)[2] == 1)  # the writer is queued
+            assert not await ac.read_lock(name).acquire(blocking=False)  # a new reader is refused meanwhile
+            assert not other.read_lock(name).acquire(blocking=False)
+            await readers[0].release()
+            readers[1].release()  # the acquiring thread: the loop runs on it
+            readers[2].release()
+            assert await asyncio.wait_for(t, 10)
+            assert w.is_owner() and w.fence > 0 and status(db, name)[:2] == ("write", 1)
+            assert not await ac.read_lock(name).acquire(blocking=False)  # not while a writer holds it
+            assert not other.write_lock(name).acquire(blocking=False)
+            wfence = w.fence
+            await w.release()
+            async with ac.read_lock(name) as lease:
+                assert lease.fence == wfence  # a reader's fence: the write epoch
+
+    asyncio.run(main())
+    assert status(db, name) == ("free", 0, 0)
+
+
+def test_a_writer_is_alone_across_tasks_threads_and_clients(db: Database, name: str) -> None:
+    other = db.client()
+    occ = Occupancy()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            await crowd(occ, [(ac.write_lock(name), [name], True), (ac.write_lock(name), [name], True),
+                              (ac.read_lock(name), [name], False), (ac.read_lock(name), [name], False)],
+                        [(ac.client.write_lock(name), [name], True), (other.read_lock(name), [name], False),
+                         (other.write_lock(name), [name], True)])
+
+    asyncio.run(main())
+    assert occ.entries == 42 and not occ.shared_an_exclusive
+    assert status(db, name) == ("free", 0, 0)
+
+
+def test_a_writer_cancelled_or_timed_out_leaves_the_queue(db: Database, name: str) -> None:
+    reader = db.client().read_lock(name)
+    assert reader.acquire()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            assert not await ac.write_lock(name).acquire(timeout=0.3)
+            assert status(db, name)[2] == 0  # its place is gone at once
+            with pytest.raises(simba.LockTimeoutError):
+                async with ac.write_lock(name, timeout=0.3):
+                    pass
+            assert status(db, name)[2] == 0
+            w = ac.write_lock(name)
+            t = asyncio.ensure_future(w.acquire())
+            assert await until(lambda: status(db, name)[2] == 1)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert await until(lambda: status(db, name)[2] == 0)  # well before its entry's 16 s lease
+            assert not w.locked() and status(db, name)[:2] == ("read", 1)
+            async with ac.read_lock(name):  # readers are not held off by it
+                assert status(db, name)[:2] == ("read", 2)
+            reader.release()  # the acquiring thread: the loop runs on it
+            async with w:
+                assert status(db, name)[:2] == ("write", 1)
+
+    asyncio.run(main())
+    assert status(db, name) == ("free", 0, 0)
