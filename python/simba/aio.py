@@ -1,6 +1,6 @@
-"""The asyncio flavour: ``async with client.lock(...)``,
-``client.semaphore(...)``, ``client.read_lock(...)`` and
-``client.write_lock(...)``, cancellation by task cancel.
+"""The asyncio flavour: every kind of hold the threaded client has, with
+``await acquire()``, ``await release()``, ``async with``, and cancellation by
+task cancel.
 
 An :class:`AsyncClient` wraps a :class:`~simba.Client`, whose session,
 keepalive, LISTEN connection and deadline checks run on its background
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
 
@@ -39,10 +39,11 @@ from . import errors
 from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
 from .errors import IllegalStateError
 from .lease import Lease, monotonic
+from .multi import MultiLock
 from .rwlock import ReadWriteLock
 from .semaphore import Permit, Semaphore
 
-__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock"]
+__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock", "AsyncMultiLock"]
 
 
 class _LoopEvent:
@@ -131,6 +132,15 @@ class AsyncClient:
         :meth:`simba.Client.write_lock`)."""
         return AsyncReadWriteLock(self, self.client, name, "write", timeout=timeout, contender_id=contender_id,
                                   on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def multi_lock(self, names: Sequence[str], *, timeout: Optional[float] = None,
+                   contender_id: Optional[str] = None, on_lost: Optional[Callback] = None,
+                   on_suspended: Optional[Callback] = None,
+                   on_resumed: Optional[Callback] = None) -> "AsyncMultiLock":
+        """Every mutex of ``names`` at once, or none (as
+        :meth:`simba.Client.multi_lock`)."""
+        return AsyncMultiLock(self, self.client, names, timeout=timeout, contender_id=contender_id,
+                              on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
 
     def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
                   holder: Optional[str] = None, context: Optional[str] = None,
@@ -422,6 +432,11 @@ class AsyncReadWriteLock(_AsyncHold, ReadWriteLock):
     """A :class:`~simba.ReadWriteLock` for asyncio (see
     :meth:`AsyncClient.read_lock` and :meth:`AsyncClient.write_lock`); a
     cancelled writer leaves the queue as one that timed out."""
+
+
+class AsyncMultiLock(_AsyncHold, MultiLock):
+    """A :class:`~simba.MultiLock` for asyncio (see
+    :meth:`AsyncClient.multi_lock`): every member at once or none."""
 
 
 class AsyncPermit(_AsyncHold, Permit):

@@ -1,4 +1,4 @@
-"""The asyncio flavour against a real server: locks, semaphores and read-write locks, also
+"""The asyncio flavour against a real server: every kind, each also
 against threads of the same Client and of another, cancellation and loss."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import simba.aio
 
 from conftest import Database, eventually, unique
 from test_fair import queued
-from test_rwlock import status
+from test_rwlock import SHORT, status
 from test_semaphore import held_on_server
 
 
@@ -478,3 +478,131 @@ def test_a_writer_cancelled_or_timed_out_leaves_the_queue(db: Database, name: st
 
     asyncio.run(main())
     assert status(db, name) == ("free", 0, 0)
+
+
+# --------------------------------------------------------------- multi-locks
+
+def test_multi_lock_all_or_nothing_woken_by_its_last_member(db: Database, name: str) -> None:
+    x, y = f"{name}-x", f"{name}-y"
+    hx = db.client().lock(x)
+    assert hx.acquire()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            hy = ac.lock(y)
+            assert await hy.acquire()
+            multi = ac.multi_lock([y, x])
+            assert multi.names == (x, y)
+            assert not await multi.acquire(blocking=False)
+            assert db.owner(y)[0] == hy.contender_id  # refused: it took nothing
+            t = asyncio.ensure_future(multi.acquire(timeout=30))
+            assert await until(lambda: registered(db))
+            hx.release()  # the holding thread: the loop runs on it
+            done, _ = await asyncio.wait({t}, timeout=1.0)
+            assert not done  # y is still held
+            assert db.owner(x)[0] is None  # and the waiter took nothing meanwhile
+            await hy.release()
+            # y's holder's lease is 16 s: only y's release wakes it this soon
+            assert await asyncio.wait_for(t, 5)
+            fences = multi.fences
+            assert set(fences) == {x, y} and multi.fence == max(fences.values())
+            assert [db.owner(n) for n in (x, y)] == [(multi.contender_id, fences[n]) for n in (x, y)]
+            assert not await ac.lock(y).acquire(blocking=False)
+            await multi.release()
+            assert multi.fences == {}
+
+    asyncio.run(main())
+    assert db.owner(x)[0] is None and db.owner(y)[0] is None
+
+
+def test_overlapping_multi_locks_exclude_across_tasks_threads_and_clients(db: Database, name: str) -> None:
+    a, b, c = f"{name}-a", f"{name}-b", f"{name}-c"
+    other = db.client()
+    occ = Occupancy()
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            await crowd(occ, [(ac.multi_lock([a, b]), [a, b], True), (ac.multi_lock([b, c]), [b, c], True),
+                              (ac.lock(c), [c], True)],
+                        [(ac.client.multi_lock([c, a]), [c, a], True),
+                         (other.multi_lock([a, b, c]), [a, b, c], True)])
+
+    asyncio.run(main())
+    assert occ.entries == 30 and occ.most == 1
+    assert all(db.owner(n)[0] is None for n in (a, b, c))
+
+
+def test_a_cancelled_multi_lock_waiter_holds_nothing(db: Database, name: str) -> None:
+    x, y = f"{name}-x", f"{name}-y"
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            hy = ac.lock(y)
+            assert await hy.acquire()
+            multi = ac.multi_lock([x, y], timeout=0.3)
+            assert not await multi.acquire(timeout=0.3)
+            with pytest.raises(simba.LockTimeoutError):
+                async with multi:
+                    pass
+            t = asyncio.ensure_future(multi.acquire())
+            assert await until(lambda: registered(db))
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert not multi.locked() and db.owner(x)[0] is None and db.owner(y)[0] == hy.contender_id
+            await hy.release()
+            assert await multi.acquire(blocking=False)
+            await multi.release()
+
+    asyncio.run(main())
+    assert db.owner(x)[0] is None and db.owner(y)[0] is None
+
+
+# --------------------------------------------------------------------- loss
+
+def test_forced_release_is_loss_for_fair_and_multi_locks(db: Database, name: str) -> None:
+    f, x, y = f"{name}-f", f"{name}-x", f"{name}-y"
+    lost: List[simba.Lease] = []
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            fair = ac.lock(f, fair=True, on_lost=lost.append)
+            multi = ac.multi_lock([x, y], on_lost=lost.append)
+            async with fair as flease, multi:
+                db.admin.execute("SELECT simba_force_release(%s)", (f,))
+                assert await until(lambda: len(lost) == 1)
+                assert lost[0].name == f and lost[0].fence == flease.fence
+                assert not fair.is_owner() and fair.lease is None and multi.is_owner()
+                db.admin.execute("SELECT simba_force_release(%s)", (y,))
+                assert await until(lambda: len(lost) == 2)
+                assert not multi.is_owner() and multi.fences == {}  # loss is final
+                assert await until(lambda: db.owner(x)[0] is None)  # the member still held went back
+            async with fair as again:  # the lost hold was released; a new tenure, a new fence
+                assert again.fence > flease.fence
+
+    asyncio.run(main())
+    assert len(lost) == 2
+
+
+def test_session_end_is_loss_for_rwlocks_and_permits(db: Database, name: str) -> None:
+    lost: List[simba.Lease] = []
+
+    async def main() -> None:
+        async with await aclient(db, **SHORT) as ac:
+            w, r = ac.write_lock(name, on_lost=lost.append), ac.read_lock(f"{name}-r", on_lost=lost.append)
+            sem = ac.semaphore(f"{name}-s", 2, on_lost=lost.append)
+            assert await w.acquire() and await r.acquire()
+            p = await sem.acquire()
+            assert p is not None
+            sid = ac.client.session_id
+            with db.app_connection() as conn:
+                assert conn.execute("SELECT simba_session_close(%s::uuid)", (sid,)).fetchone()[0] == 3
+            assert await until(lambda: len(lost) == 3, 10)
+            assert not any(h.is_owner() for h in (w, r, p))  # loss is final
+            for h in (w, r, p):
+                await h.release()
+            assert status(db, name)[1] == 0 and held_on_server(db, f"{name}-s") == 0
+            async with w:  # under a new session
+                assert ac.client.session_id != sid
+
+    asyncio.run(main())
