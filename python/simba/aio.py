@@ -1,10 +1,11 @@
-"""The asyncio flavour: ``async with client.lock(...)``, cancellation by task
-cancel.
+"""The asyncio flavour: every kind of hold the threaded client has, with
+``await acquire()``, ``await release()``, ``async with``, and cancellation by
+task cancel.
 
 An :class:`AsyncClient` wraps a :class:`~simba.Client`, whose session,
 keepalive, LISTEN connection and deadline checks run on its background
 threads as for threaded code (so the deadline rule and loss are the same),
-and sends its locks' statements on a psycopg :class:`~psycopg.AsyncConnection`
+and sends its holds' statements on a psycopg :class:`~psycopg.AsyncConnection`
 of the event loop's. A waiting ``acquire()`` parks no thread: it awaits an
 :class:`asyncio.Event` that the LISTEN thread sets (NOTIFY) or its poll time.
 
@@ -13,26 +14,36 @@ of the event loop's. A waiting ``acquire()`` parks no thread: it awaits an
     async with await simba.aio.AsyncClient.connect("dbname=app") as client:
         async with client.lock("orders", timeout=5) as lease:
             ...
+        async with client.semaphore("exports", 3) as permit:
+            ...
 
-Cancelling a task that waits in ``acquire()`` ends the wait: the lock is
-never held after the cancellation (a grant that was in flight is released).
-An :class:`AsyncClient` belongs to the loop it was made in.
+Each kind is its threaded class with this module's acquire and release
+mixed in (:class:`AsyncLock` is a :class:`~simba.Lock`, :class:`AsyncPermit`
+a :class:`~simba.Permit`, ...): the statements, replies, wait schedule and
+loss are the threaded kind's own, only awaited here
+(:func:`simba.client._drive`'s steps). Cancelling a task that waits in
+``acquire()`` ends the wait: nothing is held after the cancellation (a grant
+that was in flight is released, a queue place left). An :class:`AsyncClient`
+belongs to the loop it was made in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
 
 from . import errors
-from .client import ACQUIRE_SQL, RELEASE_SQL, Callback, Client, Lock, _Owner, _WaitSchedule, log
-from .errors import CancelledError, Error, IllegalStateError, LockTimeoutError, SessionEndedError
+from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
+from .errors import IllegalStateError
 from .lease import Lease, monotonic
+from .multi import MultiLock
+from .rwlock import ReadWriteLock
+from .semaphore import Permit, Semaphore
 
-__all__ = ["AsyncClient", "AsyncLock"]
+__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock", "AsyncMultiLock"]
 
 
 class _LoopEvent:
@@ -66,6 +77,11 @@ class _LoopEvent:
         return bool(done)
 
 
+async def _adrive(steps: Steps) -> Any:
+    """:func:`simba.client._drive` on the event loop: each call awaited."""
+    return await _run_steps(steps, True)
+
+
 class AsyncClient:
     """The asyncio face of a :class:`~simba.Client`: make it with
     ``await AsyncClient.connect(conninfo, **options)`` (the options of
@@ -94,11 +110,46 @@ class AsyncClient:
 
     def lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
              on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
-             on_resumed: Optional[Callback] = None) -> "AsyncLock":
+             on_resumed: Optional[Callback] = None, fair: bool = False) -> "AsyncLock":
         """An :class:`AsyncLock` on mutex ``name`` (arguments as
-        :meth:`simba.Client.lock`; callbacks run on the client's thread)."""
-        return AsyncLock(self, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
-                         on_suspended=on_suspended, on_resumed=on_resumed)
+        :meth:`simba.Client.lock`, ``fair`` too; callbacks run on the
+        client's thread)."""
+        return AsyncLock(self, self.client, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
+                         on_suspended=on_suspended, on_resumed=on_resumed, fair=fair)
+
+    def read_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "AsyncReadWriteLock":
+        """A read hold on read-write lock ``name`` (as
+        :meth:`simba.Client.read_lock`)."""
+        return AsyncReadWriteLock(self, self.client, name, "read", timeout=timeout, contender_id=contender_id,
+                                  on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def write_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
+                   on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                   on_resumed: Optional[Callback] = None) -> "AsyncReadWriteLock":
+        """A write hold on read-write lock ``name`` (as
+        :meth:`simba.Client.write_lock`)."""
+        return AsyncReadWriteLock(self, self.client, name, "write", timeout=timeout, contender_id=contender_id,
+                                  on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def multi_lock(self, names: Sequence[str], *, timeout: Optional[float] = None,
+                   contender_id: Optional[str] = None, on_lost: Optional[Callback] = None,
+                   on_suspended: Optional[Callback] = None,
+                   on_resumed: Optional[Callback] = None) -> "AsyncMultiLock":
+        """Every mutex of ``names`` at once, or none (as
+        :meth:`simba.Client.multi_lock`)."""
+        return AsyncMultiLock(self, self.client, names, timeout=timeout, contender_id=contender_id,
+                              on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
+
+    def semaphore(self, key: str, permits: int, *, timeout: Optional[float] = None,
+                  holder: Optional[str] = None, context: Optional[str] = None,
+                  on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
+                  on_resumed: Optional[Callback] = None) -> "AsyncSemaphore":
+        """At most ``permits`` holders of ``key`` at once (as
+        :meth:`simba.Client.semaphore`): an :class:`AsyncSemaphore`."""
+        return AsyncSemaphore(self, key, permits, timeout=timeout, holder=holder or _contender_id(),
+                              context=context, on_lost=on_lost, on_suspended=on_suspended, on_resumed=on_resumed)
 
     async def close(self) -> None:
         """Closes the async connection, then the client (its session's close
@@ -144,16 +195,16 @@ class AsyncClient:
             except Exception:
                 pass
 
-    async def _statement(self, sql: str, params: Any) -> Tuple[Any, float]:
+    async def _statement(self, sql: str, params: Any, *, one: bool = True) -> Tuple[Any, float]:
         """One statement on the async connection, under a watchdog
-        (statement_timeout and a half); returns (row, send time). A task
-        cancelled meanwhile lets the statement finish (one round trip, at
-        most the watchdog), so the connection stays in a known state, and
-        then raises CancelledError."""
+        (statement_timeout and a half); returns (row, or every row if not
+        ``one``; send time). A task cancelled meanwhile lets the statement
+        finish (one round trip, at most the watchdog), so the connection
+        stays in a known state, and then raises CancelledError."""
         async with self._alock:
             conn = await self._connect()
             sent_at = monotonic()
-            run = asyncio.ensure_future(self._run(conn, sql, params))
+            run = asyncio.ensure_future(self._run(conn, sql, params, one))
             try:
                 row = await asyncio.shield(run)
             except asyncio.CancelledError:
@@ -163,11 +214,11 @@ class AsyncClient:
                 raise
             return row, sent_at
 
-    async def _run(self, conn: "psycopg.AsyncConnection[Any]", sql: str, params: Any) -> Any:
+    async def _run(self, conn: "psycopg.AsyncConnection[Any]", sql: str, params: Any, one: bool) -> Any:
         c = self.client
         try:
             cur = await asyncio.wait_for(conn.execute(sql, params), c._statement_timeout * 1.5)
-            return await cur.fetchone()
+            return await (cur.fetchone() if one else cur.fetchall())
         except psycopg.Error as e:
             if conn.broken or conn.closed:
                 await self._drop()
@@ -191,22 +242,35 @@ class AsyncClient:
         return await self._loop.run_in_executor(None, open_session)
 
 
-class AsyncLock(Lock):
-    """A :class:`~simba.Lock` for asyncio: ``await acquire()``, ``await
-    release()``, ``async with lock as lease:``. Within the process it is a
-    mutex between tasks; not reentrant (a second ``acquire`` by the holding
-    task raises :class:`~simba.errors.IllegalStateError`); any task may
-    release it, as :class:`asyncio.Lock`. ``lease``, ``is_owner()``,
-    ``fence``, loss and the callbacks are :class:`~simba.Lock`'s."""
+class _AsyncOnly:
+    """Refuses a plain ``with``: an asyncio kind is entered with ``async with``."""
 
-    def __init__(self, aclient: AsyncClient, name: str, **kw: Any) -> None:
-        super().__init__(aclient.client, name, **kw)
+    def __enter__(self) -> Any:
+        raise TypeError(f"use 'async with' with an {type(self).__name__}")
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover
+        raise TypeError(f"use 'async with' with an {type(self).__name__}")
+
+
+class _AsyncHold(_AsyncOnly, Lock):
+    """asyncio's acquire and release, mixed in before a threaded kind
+    (``AsyncLock(_AsyncHold, Lock)``, ``AsyncPermit(_AsyncHold, Permit)``):
+    the kind's statements, replies, wait loop and hooks, awaited on the
+    async connection. Within the process a hold is a mutex between tasks;
+    not reentrant (a second ``acquire`` by the holding task raises
+    :class:`~simba.errors.IllegalStateError`); any task may release it, as
+    :class:`asyncio.Lock`. ``lease``, ``is_owner()``, ``fence``, loss and
+    the callbacks are the kind's own."""
+
+    def __init__(self, aclient: AsyncClient, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
         self._aclient = aclient
         self._agate = asyncio.Lock()
         self._holder_task: Optional["asyncio.Task[Any]"] = None
 
-    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:  # type: ignore[override]
-        """Takes the lock; returns whether it is held. ``timeout`` in seconds
+    async def acquire(self, blocking: bool = True,  # type: ignore[override]
+                      timeout: Optional[float] = None) -> bool:
+        """Takes the hold; returns whether it is held. ``timeout`` in seconds
         (None: no limit); ``blocking=False``: one attempt. Cancelling the task
         ends the wait and leaves nothing held."""
         c = self._client
@@ -220,8 +284,16 @@ class AsyncLock(Lock):
         until = None if timeout is None or not blocking else monotonic() + timeout
         if not await self._gate_acquire(blocking, until):
             return False
+        loop = asyncio.get_running_loop()
         try:
-            got = await self._acontend(blocking, until)
+            got = await _adrive(self._waits(blocking, until, self._aattempt, lambda: _LoopEvent(loop)))
+            if not got and self._gave_up():
+                await _adrive(self._withdraw_steps(self._aclient._statement))
+        except asyncio.CancelledError:
+            if self._gave_up():
+                self._owe()  # the queue place is left by id, from the I/O thread
+            self._agate.release()
+            raise
         except BaseException:
             self._agate.release()
             raise
@@ -262,118 +334,77 @@ class AsyncLock(Lock):
             self._agate.release()
 
     async def _op_acquire(self) -> None:
-        # the lock's statements, one at a time: the I/O thread holds it only
+        # the hold's statements, one at a time: the I/O thread holds it only
         # for one statement of its own (an owed release, a check)
         while not self._op.acquire(blocking=False):
             await asyncio.sleep(0.002)
 
-    async def _acontend(self, blocking: bool, until: Optional[float]) -> bool:
-        c = self._client
-        waiter: Optional[Any] = None
-        ev: Optional[_LoopEvent] = None
-        schedule = _WaitSchedule(self.contender_id, c.notify_min_interval)
-        try:
-            while True:
-                if c._closing:
-                    raise CancelledError(f"lock {self.name!r}: the client was closed")
-                if ev is not None:
-                    ev.clear()
-                try:
-                    owner = await self._aattempt()
-                except SessionEndedError:
-                    continue
-                except Error as e:
-                    if errors.is_permanent(e.sqlstate) or not blocking:
-                        raise
-                    log.info("simba: attempt on %r failed, retrying: %s", self.name, e)
-                    schedule.retry_in(c._retry_delay)
-                else:
-                    if owner is True:
-                        return True
-                    if not blocking:
-                        return False
-                    assert isinstance(owner, _Owner)
-                    schedule.lost_to(owner)
-                if waiter is None:
-                    ev = _LoopEvent(asyncio.get_running_loop())
-                    waiter = c._add_waiter(self.name, ev)
-                assert ev is not None
-                while True:
-                    now = monotonic()
-                    if until is not None and now >= until:
-                        return False
-                    wait = schedule.wait(now)
-                    if wait <= 0:
-                        break
-                    woke = await ev.wait(wait if until is None else min(wait, until - now))
-                    if c._closing:
-                        raise CancelledError(f"lock {self.name!r}: the client was closed")
-                    if woke:
-                        ev.clear()
-                        schedule.notified()
-        finally:
-            if waiter is not None:
-                c._remove_waiter(self.name, waiter)
-
     def _owe(self) -> None:
-        c = self._client
-        with c._mu:
-            self._owed = True
-            c._locks.add(self)
-        c._io_wake.set()
+        with self._client._mu:
+            self._owe_locked()
 
-    async def _aattempt(self) -> "bool | _Owner":
-        c = self._client
+    async def _aattempt(self) -> Any:
+        """:meth:`_attempt` on the event loop: the kind's statements and
+        reply, the statements awaited on the async connection."""
         ac = self._aclient
         await self._op_acquire()
+        run = asyncio.ensure_future(_adrive(self._session_steps(ac._statement, ac._session_id,
+                                                                *self._acquire_statement())))
         try:
-            if self._owed:
-                await ac._statement(RELEASE_SQL, (self.name, self.contender_id))
-                self._owed = False
-            sid = await ac._session_id()
-            try:
-                row, sent_at = await ac._statement(ACQUIRE_SQL, {
-                    "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us, "s": sid})
-            except SessionEndedError as e:
-                c._forget_session(sid, str(e))
-                raise
-            except Error:
-                raise
-            except BaseException:
-                # cancelled with the statement in flight: the grant may have
-                # committed. Released by id (the I/O thread), never held.
-                self._owe()
-                raise
-            return self._apply_reply(row, sent_at)
+            reply = await asyncio.shield(run)
+        except asyncio.CancelledError:
+            # The statements go on to their end (the connection stays in a
+            # known state), then what they granted is given back, even if
+            # this wait for them is cancelled too.
+            run.add_done_callback(self._give_back)
+            await asyncio.wait({run})
+            raise
+        except BaseException:
+            self._op.release()
+            raise
+        try:
+            return self._apply(*reply)
+        finally:
+            self._op.release()
+
+    def _give_back(self, run: "asyncio.Future[Any]") -> None:
+        """The statements of an attempt whose task was cancelled ended
+        (``_op`` still held for them): a hold they granted is never held
+        here, and it and a queue place they took go back by the release
+        statement, from the I/O thread."""
+        c = self._client
+        try:
+            if run.cancelled() or run.exception() is not None:
+                return  # as an attempt that failed
+            granted = self._apply(*run.result()) is True  # a permit learns its token
+            with c._mu:
+                if granted:
+                    self._tenure.end()
+                    c._held.discard(self)
+                if self._gave_up() or granted:
+                    self._owe_locked()
+            self._drop_channel()
         finally:
             self._op.release()
 
     async def release(self) -> None:  # type: ignore[override]
-        """Releases the lock (the tenure ends here first, then
-        ``simba_release``); ends a lost hold too. A release the server did
-        not get (an error, a cancellation) is sent again by the client."""
+        """Releases the hold (it ends here first, then the kind's release
+        statement); ends a lost hold too. A release the server did not get
+        (an error, a cancellation) is sent again by the client."""
         c = self._client
         with c._mu:
-            if not self._active:
-                raise IllegalStateError(f"release of lock {self.name!r}, which is not held")
-            self._tenure.end()
-            c._held.discard(self)
-            self._check_wanted = False
-            self._owed = True
+            self._end_locked()
         try:
             if c._closing:
                 self._owed = False  # the session's close releases it
             else:
                 await self._op_acquire()
                 try:
-                    await self._aclient._statement(RELEASE_SQL, (self.name, self.contender_id))
-                    self._owed = False
-                except Error as e:
-                    log.warning("simba: release of %r failed, it is owed: %s", self.name, e)
+                    await _adrive(self._release_steps(self._aclient._statement))
                 finally:
                     self._op.release()
         finally:
-            if self._owed:
+            if self._owed:  # cancelled before the server had it
                 self._owe()
             with c._mu:
                 self._active = False
@@ -382,7 +413,7 @@ class AsyncLock(Lock):
 
     async def __aenter__(self) -> Lease:
         if not await self.acquire(True, self.timeout):
-            raise LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+            raise self._timeout_error()
         assert self._granted is not None
         return self._granted
 
@@ -390,8 +421,67 @@ class AsyncLock(Lock):
         if self._active:
             await self.release()
 
-    def __enter__(self) -> Lease:
-        raise TypeError("use 'async with' with an AsyncLock")
 
-    def __exit__(self, *exc: Any) -> None:  # pragma: no cover
-        raise TypeError("use 'async with' with an AsyncLock")
+class AsyncLock(_AsyncHold, Lock):
+    """A :class:`~simba.Lock` for asyncio (see :meth:`AsyncClient.lock`):
+    ``await acquire()``, ``await release()``, ``async with lock as lease:``;
+    ``fair=True`` as the threaded lock's."""
+
+
+class AsyncReadWriteLock(_AsyncHold, ReadWriteLock):
+    """A :class:`~simba.ReadWriteLock` for asyncio (see
+    :meth:`AsyncClient.read_lock` and :meth:`AsyncClient.write_lock`); a
+    cancelled writer leaves the queue as one that timed out."""
+
+
+class AsyncMultiLock(_AsyncHold, MultiLock):
+    """A :class:`~simba.MultiLock` for asyncio (see
+    :meth:`AsyncClient.multi_lock`): every member at once or none."""
+
+
+class AsyncPermit(_AsyncHold, Permit):
+    """A :class:`~simba.Permit` for asyncio, held by the task that acquired
+    it (any task may release it); ``async with permit:`` releases a held
+    permit at the end."""
+
+    async def __aenter__(self) -> Lease:
+        return Permit.__enter__(self)
+
+
+class AsyncSemaphore(_AsyncOnly, Semaphore):
+    """A :class:`~simba.Semaphore` for asyncio (see
+    :meth:`AsyncClient.semaphore`): ``await acquire()`` returns a held
+    :class:`AsyncPermit` (None when none is free and ``blocking`` is False,
+    or ``timeout`` passed); ``async with semaphore as permit:`` holds one for
+    the block (:class:`~simba.errors.LockTimeoutError` after ``timeout``)."""
+
+    def __init__(self, aclient: AsyncClient, key: str, permits: int, **kw: Any) -> None:
+        super().__init__(aclient.client, key, permits, **kw)
+        self._aclient = aclient
+        self._entered_by: Dict[Optional["asyncio.Task[Any]"], List[AsyncPermit]] = {}  # innermost last
+
+    def _permit(self) -> AsyncPermit:
+        return AsyncPermit(self._aclient, self)
+
+    async def acquire(self, blocking: bool = True,  # type: ignore[override]
+                      timeout: Optional[float] = None) -> Optional[AsyncPermit]:
+        """A permit, held; None when ``blocking`` is False and none is free,
+        or when ``timeout`` (seconds, None: none) passed."""
+        permit = self._permit()
+        return permit if await permit.acquire(blocking, timeout) else None
+
+    async def __aenter__(self) -> AsyncPermit:
+        permit = await self.acquire(True, self.timeout)
+        if permit is None:
+            raise self._timeout_error()
+        self._entered_by.setdefault(asyncio.current_task(), []).append(permit)
+        return permit
+
+    async def __aexit__(self, *exc: Any) -> None:
+        task = asyncio.current_task()
+        stack = self._entered_by[task]
+        permit = stack.pop()
+        if not stack:
+            del self._entered_by[task]
+        if permit.locked():
+            await permit.release()

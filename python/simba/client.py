@@ -18,6 +18,7 @@ A lock's first attempt runs on the calling thread: one round trip.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -28,7 +29,7 @@ import re
 import select
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -1154,6 +1155,43 @@ class Client:
                 log.warning("simba: shutdown could not close the session (%s): it lapses", str(e).strip())
 
 
+# A hold's statements and waits as steps: a generator that yields each call
+# to make and is sent its result (or thrown its Error), so the threaded and
+# the asyncio flavour share the logic and differ only in how a call waits.
+Steps = Generator[Callable[[], Any], Any, Any]
+
+
+async def _run_steps(steps: Steps, awaits: bool) -> Any:
+    """Runs ``steps``, awaiting each call's result if ``awaits`` (the
+    asyncio flavour's calls are coroutine functions); returns what they
+    return."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                result = call()
+                if awaits:
+                    result = await result
+            except Error as e:
+                call = steps.throw(e)
+            else:
+                call = steps.send(result)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        steps.close()
+
+
+def _drive(steps: Steps) -> Any:
+    """Runs ``steps`` on the calling thread: their calls block, so nothing
+    is awaited and the coroutine ends at its first ``send``."""
+    try:
+        _run_steps(steps, False).send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("unreachable: a run that awaits nothing does not suspend")
+
+
 class _WaitSchedule:
     """When a waiter attempts again (docs/client-protocol.md, "Waiting"): at
     its poll time (the holder's transition_at plus jitter; soon when the
@@ -1327,7 +1365,8 @@ class Lock:
                     self._holder = me
                     self._active = True
                 return True
-            self._gave_up()
+            if self._gave_up():
+                self._withdraw()
         except BaseException:
             self._gate.release()
             raise
@@ -1335,23 +1374,32 @@ class Lock:
         return False
 
     def _contend(self, blocking: bool, until: Optional[float]) -> bool:
+        return bool(_drive(self._waits(blocking, until, self._attempt, threading.Event)))
+
+    def _waits(self, blocking: bool, until: Optional[float], attempt: Callable[[], Any],
+               new_event: Callable[[], Any]) -> Steps:
+        """The wait for a hold as steps (see :func:`_drive`), the same for
+        the threaded and the asyncio lock: ``attempt`` (True when granted,
+        else what :meth:`_lost_to` takes), and waits on an event of
+        ``new_event()``, whose ``wait(seconds)`` says whether it was set.
+        Returns whether the lock is held."""
         c = self._client
         # Registered (simba_wait) only once an attempt lost: an uncontended
         # lock costs its two round trips and nothing on the LISTEN
         # connection. Once the registration took effect the waiter attempts
         # once more, so a release between the losing attempt and the
         # registration is not missed.
-        waiter: Optional[_Waiter] = None
-        waiters: List[Tuple[str, _Waiter]] = []  # one event, woken by a NOTIFY of any of the names
+        event: Any = None  # one event, woken by a NOTIFY of any of the names
+        waiters: List[Tuple[str, _Waiter]] = []
         schedule = _WaitSchedule(self.contender_id, c.notify_min_interval)
         try:
             while True:
                 if c._closing:
                     raise CancelledError(f"lock {self.name!r}: the client was closed")
-                if waiter is not None:
-                    waiter.event.clear()
+                if event is not None:
+                    event.clear()
                 try:
-                    owner = self._attempt()
+                    owner = yield attempt
                 except SessionEndedError:
                     continue  # the session was forgotten; the next attempt opens a new one
                 except Error as e:
@@ -1369,10 +1417,9 @@ class Lock:
                     if not blocking:
                         return False
                     self._lost_to(schedule, owner)
-                if waiter is None:
-                    waiter = c._add_waiter(self._names[0])
-                    waiters = [(self._names[0], waiter)]
-                    waiters += [(n, c._add_waiter(n, waiter.event)) for n in self._names[1:]]
+                if event is None:
+                    event = new_event()
+                    waiters = [(n, c._add_waiter(n, event)) for n in self._names]
                 # wait: a NOTIFY (rate-limited) or the poll backstop
                 while True:
                     now = monotonic()
@@ -1381,18 +1428,22 @@ class Lock:
                     wait = schedule.wait(now)
                     if wait <= 0:
                         break
-                    woke = waiter.event.wait(wait if until is None else min(wait, until - now))
+                    woke = yield functools.partial(event.wait, wait if until is None else min(wait, until - now))
                     if c._closing:
                         raise CancelledError(f"lock {self.name!r}: the client was closed")
                     if woke:
-                        waiter.event.clear()
+                        event.clear()
                         schedule.notified()
         finally:
             for n, w in waiters:
                 c._remove_waiter(n, w)
-            if self._channel is not None:
-                c._want_channel(self._channel, False)
-                self._channel = None
+            self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        """A fair waiter stops listening to its wake channel."""
+        if self._channel is not None:
+            self._client._want_channel(self._channel, False)
+            self._channel = None
 
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         """When to attempt again after an attempt that lost to ``owner``."""
@@ -1404,19 +1455,22 @@ class Lock:
         if self._queued:  # a fair waiter keeps its place by asking within its entry's lease
             schedule.at_most(self._client._ttl_us / 2e6)
 
-    def _gave_up(self) -> None:
-        """The wait ended without a hold: a fair waiter leaves the queue (its
-        place goes to the next), else it would hold the queue up until its
-        entry lapsed."""
-        if self.fair and self._queued:
-            self._queued = False
-            self._withdraw()
+    def _gave_up(self) -> bool:
+        """The wait ended without a hold: whether this contender leaves the
+        queue its last attempt left it in (a fair waiter would hold the
+        queue up until its entry lapsed; its place goes to the next)."""
+        queued, self._queued = self._queued, False
+        return queued
 
     def _withdraw(self) -> None:
-        """Leaves the queue the last attempt left this contender in (by its
-        release statement); if that fails, the place lapses by itself."""
+        """Leaves the queue the last attempt left this contender in."""
+        _drive(self._withdraw_steps(self._client._statement))
+
+    def _withdraw_steps(self, statement: Callable[..., Any]) -> Steps:
+        """:meth:`_withdraw` as steps: by the release statement; if that
+        fails, the place lapses by itself."""
         try:
-            self._client._statement(*self._release_statement())
+            yield functools.partial(statement, *self._release_statement())
         except Error as e:
             log.info("simba: leaving the queue of %r failed (the place lapses): %s", self.name, e)
 
@@ -1425,34 +1479,51 @@ class Lock:
         owed release; a fair one also leaves the queue)."""
         return FAIR_RELEASE_SQL if self.fair else RELEASE_SQL, (self.name, self.contender_id)
 
-    def _attempt(self) -> "bool | _Owner":
-        """One attempt under the session: True when granted, else the owner
-        row as it stands."""
+    def _acquire_statement(self) -> Tuple[str, Dict[str, Any], bool]:
+        """An attempt's statement: its sql, its parameters (the session's id
+        is added as ``%(s)s``) and whether it answers one row (else every
+        row). :meth:`_apply` takes the reply."""
         c = self._client
-        with self._op:
-            row, sent_at, _ = self._under_session(FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL, {
-                "m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us})
-            if self.fair:
-                self._fair_reply(row[9], row[10])
-            return self._apply_reply(row, sent_at)
+        return (FAIR_ACQUIRE_SQL if self.fair else ACQUIRE_SQL,
+                {"m": self.name, "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us}, True)
 
-    def _under_session(self, sql: str, params: Dict[str, Any], *, one: bool = True) -> Tuple[Any, float, str]:
-        """An attempt's statement (caller holds ``_op``): a release owed from
-        an earlier tenure first, then ``sql`` with the session's id as
-        ``%(s)s`` (opening one if none is open). Returns (row, send time,
-        session id); a session the server says ended is forgotten."""
+    def _apply(self, reply: Any, sent_at: float, session_id: str) -> Any:
+        """An attempt's reply, sent at ``sent_at`` under ``session_id``
+        (caller holds ``_op``): True when it granted a hold held from now
+        on, else what :meth:`_lost_to` takes (here the owner row)."""
+        if self.fair:
+            self._fair_reply(reply[9], reply[10])
+        return self._apply_reply(reply, sent_at)
+
+    def _attempt(self) -> Any:
+        """One attempt under the session: True when granted, else what
+        :meth:`_lost_to` takes."""
+        with self._op:
+            return self._apply(*self._under_session(*self._acquire_statement()))
+
+    def _under_session(self, sql: str, params: Dict[str, Any], one: bool = True) -> Tuple[Any, float, str]:
+        """:meth:`_session_steps` on the client's connection (caller holds
+        ``_op``), one after the other under its ``_io``."""
         c = self._client
         with c._io:
-            if self._owed:
-                c._statement_locked(*self._release_statement())
-                self._owed = False
-            sid = c._session_id_locked()
-            try:
-                row, sent_at = c._statement_locked(sql, dict(params, s=sid), one=one)
-            except SessionEndedError as e:
-                c._forget_session(sid, str(e))
-                raise
-        return row, sent_at, sid
+            return _drive(self._session_steps(c._statement_locked, c._session_id_locked, sql, params, one))
+
+    def _session_steps(self, statement: Callable[..., Any], session_id: Callable[[], Any], sql: str,
+                       params: Dict[str, Any], one: bool) -> Steps:
+        """An attempt's statements as steps: a release owed from an earlier
+        tenure first, then ``sql`` with the session's id as ``%(s)s`` (one
+        is opened if none is). Returns (reply, send time, session id); a
+        session the server says ended is forgotten."""
+        if self._owed:
+            yield functools.partial(statement, *self._release_statement())
+            self._owed = False
+        sid = yield session_id
+        try:
+            reply, sent_at = yield functools.partial(statement, sql, dict(params, s=sid), one=one)
+        except SessionEndedError as e:
+            self._client._forget_session(sid, str(e))
+            raise
+        return reply, sent_at, sid
 
     def _fair_reply(self, position: Optional[int], channel: Optional[str]) -> None:
         """A fair attempt's place and wake channel: listened to while queued."""
@@ -1516,25 +1587,13 @@ class Lock:
         hold it. A release the server did not get is sent again later."""
         c = self._client
         with c._mu:
-            if not self._active:
-                raise IllegalStateError(f"release of lock {self.name!r}, which is not held")
-            if self._holder != threading.get_ident():
+            if self._active and self._holder != threading.get_ident():
                 raise IllegalStateError(f"release of lock {self.name!r} by a thread that does not hold it")
-            self._tenure.end()
-            c._held.discard(self)
-            self._check_wanted = False
-            self._owed = True  # until the server has it
+            self._end_locked()
         try:
             if not c._closing:
                 with self._op:
-                    try:
-                        c._statement(*self._release_statement())
-                        self._owed = False
-                    except Error as e:
-                        log.warning("simba: release of %r failed, it is owed: %s", self.name, e)
-                        with c._mu:
-                            c._locks.add(self)
-                        c._io_wake.set()
+                    _drive(self._release_steps(c._statement))
             else:
                 self._owed = False  # the session's close releases it
         finally:
@@ -1543,11 +1602,36 @@ class Lock:
                 self._holder = None
             self._gate.release()
 
+    def _end_locked(self) -> None:
+        """A release's first step (caller holds the client's ``_mu``): the
+        tenure ends here, and the server is owed the release until it has
+        it. Raises :class:`~simba.errors.IllegalStateError` when not held."""
+        if not self._active:
+            raise IllegalStateError(f"release of lock {self.name!r}, which is not held")
+        self._tenure.end()
+        self._client._held.discard(self)
+        self._check_wanted = False
+        self._owed = True
+
+    def _release_steps(self, statement: Callable[..., Any]) -> Steps:
+        """A release's statement as steps (caller holds ``_op``): the server
+        has it, or it stays owed and the I/O thread sends it again."""
+        try:
+            yield functools.partial(statement, *self._release_statement())
+            self._owed = False
+        except Error as e:
+            log.warning("simba: release of %r failed, it is owed: %s", self.name, e)
+            with self._client._mu:
+                self._owe_locked()
+
+    def _timeout_error(self) -> LockTimeoutError:
+        return LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+
     def __enter__(self) -> Lease:
         """Acquires (waiting at most the lock's ``timeout``) and returns the
         lease granted."""
         if not self.acquire(True, -1 if self.timeout is None else self.timeout):
-            raise LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+            raise self._timeout_error()
         assert self._granted is not None
         return self._granted
 

@@ -84,16 +84,19 @@ class MultiLock(Lock):
             fences = dict(self._fences)
         return fences if self.lease is not None else {}
 
-    def _attempt(self) -> "bool | List[_Owner]":
+    def _acquire_statement(self) -> Tuple[str, Dict[str, Any], bool]:
         c = self._client
-        with self._op:
-            rows, sent_at, _ = self._under_session(ACQUIRE_SQL, {
-                "names": list(self.names), "id": self.contender_id, "ttl": c._ttl_us, "tr": c._tr_us}, one=False)
-        owners = [_Owner(r, sent_at) for r in rows]
+        return ACQUIRE_SQL, {"names": list(self.names), "id": self.contender_id, "ttl": c._ttl_us,
+                             "tr": c._tr_us}, False
+
+    def _apply(self, reply: Any, sent_at: float, session_id: str) -> "bool | List[_Owner]":
+        """True when every member was granted, else the owner rows."""
+        owners = [_Owner(r, sent_at) for r in reply]
         if len(owners) != len(self.names) or any(o.owner_id != self.contender_id for o in owners):
             return owners
         earliest = min(owners, key=lambda o: o.transition_at - o.current_at)
         fences = {n: o.fence for n, o in zip(self.names, owners)}
+        c = self._client
         with c._mu:
             self._fences = fences
         held = self._claim(max(fences.values()), server_time(earliest.acquired_at), sent_at,

@@ -22,7 +22,7 @@ first (one contender id asking to write while it reads gets ``SB005``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from .client import Callback, Lock, _WaitSchedule, log
 from .lease import Lease, server_time
@@ -63,17 +63,13 @@ class ReadWriteLock(Lock):
     def __repr__(self) -> str:
         return f"<simba.ReadWriteLock {self.name!r} {self.mode} id={self.contender_id!r} owner={self.is_owner()}>"
 
-    def _call(self) -> Tuple[Sequence[Any], float]:
-        """simba_rwlock_acquire under the session (caller holds ``_op``)."""
+    def _acquire_statement(self) -> Tuple[str, Dict[str, Any], bool]:
         c = self._client
-        row, sent_at, _ = self._under_session(ACQUIRE_SQL, {
-            "m": self.name, "id": self.contender_id, "mode": self.mode, "ttl": c._ttl_us, "tr": c._tr_us})
-        return row, sent_at
+        return ACQUIRE_SQL, {"m": self.name, "id": self.contender_id, "mode": self.mode, "ttl": c._ttl_us,
+                             "tr": c._tr_us}, True
 
-    def _attempt(self) -> "bool | None":
-        with self._op:
-            row, sent_at = self._call()
-        granted, fence, acquired_us, _, transition_us, current_us, mode = row
+    def _apply(self, reply: Any, sent_at: float, session_id: str) -> "bool | None":
+        granted, fence, acquired_us, _, transition_us, current_us, mode = reply
         self._waiting = mode == "waiting"
         if not granted:
             return None
@@ -84,12 +80,11 @@ class ReadWriteLock(Lock):
     def _lost_to(self, schedule: _WaitSchedule, owner: Any) -> None:
         schedule.retry_in(min(POLL_INTERVAL, self._client._ttl_us / 2e6))
 
-    def _gave_up(self) -> None:
+    def _gave_up(self) -> bool:
         """A writer whose wait ended without a hold leaves the queue (new
         readers are refused while it waits)."""
-        if self._waiting:
-            self._waiting = False
-            self._withdraw()
+        waiting, self._waiting = self._waiting, False
+        return waiting
 
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         return RELEASE_SQL, (self.name, self.contender_id)
@@ -100,7 +95,7 @@ class ReadWriteLock(Lock):
         c = self._client
         with c._mu:
             acquired_us = self._acquired_us
-        row, _ = self._call()
+        row, _, _ = self._under_session(*self._acquire_statement())
         granted, fence, got_us = row[0], row[1], row[2]
         with c._mu:
             if self._tenure.lease is None or self._tenure.lease.fence != lease.fence:

@@ -19,7 +19,7 @@ NOTIFY of a release of the key and polls every second besides.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import errors
 from .client import Callback, Lock, _WaitSchedule
@@ -63,25 +63,22 @@ class Permit(Lock):
             raise errors.IllegalStateError(f"permit of {self.name!r} is not held")
         return lease
 
-    def _attempt(self) -> "bool | None":
+    def _acquire_statement(self) -> Tuple[str, Dict[str, Any], bool]:
         s = self._semaphore
-        with self._op:
-            row, _, sid = self._under_session(ACQUIRE_SQL, {
-                "k": self.name, "h": self.contender_id, "n": s.permits, "ttl": self._client._ttl_us,
-                "ctx": s.context})
-            return self._apply_permit(row, sid)
+        return ACQUIRE_SQL, {"k": self.name, "h": self.contender_id, "n": s.permits, "ttl": self._client._ttl_us,
+                             "ctx": s.context}, True
 
-    def _apply_permit(self, row: Sequence[Any], sid: str) -> "bool | None":
+    def _apply(self, reply: Any, sent_at: float, session_id: str) -> "bool | None":
         """True when the reply granted a permit held from now on; None when
         none was free."""
-        slot, token, fence, granted_us = row
+        slot, token, fence, granted_us = reply
         if token is None:
             return None
         c = self._client
         with c._mu:
             self.token, self.slot = token, slot
             session = c._session
-            if session is None or session.id != sid:  # it ended meanwhile: give the permit back
+            if session is None or session.id != session_id:  # it ended meanwhile: give the permit back
                 self._owe_locked()
                 return None
         # It lives exactly as long as the session it was granted under.
@@ -135,13 +132,20 @@ class Semaphore:
         """A permit, held; None when ``blocking`` is False and none is free,
         or when ``timeout`` (seconds, -1: none) passed. Setup mistakes raise
         at once; transient faults are retried within the timeout."""
-        permit = Permit(self)
+        permit = self._permit()
         return permit if permit.acquire(blocking, timeout) else None
+
+    def _permit(self) -> Permit:
+        """A permit of this semaphore, not yet held."""
+        return Permit(self)
+
+    def _timeout_error(self) -> LockTimeoutError:
+        return LockTimeoutError(f"no permit of {self.key!r} within {self.timeout} s")
 
     def __enter__(self) -> Permit:
         permit = self.acquire(True, -1 if self.timeout is None else self.timeout)
         if permit is None:
-            raise LockTimeoutError(f"no permit of {self.key!r} within {self.timeout} s")
+            raise self._timeout_error()
         stack: List[Permit] = self._entered.__dict__.setdefault("permits", [])
         stack.append(permit)
         return permit

@@ -9,6 +9,8 @@ import os
 import re
 
 from conftest import Database
+from test_rwlock import status
+from test_semaphore import held_on_server
 
 README = os.path.join(os.path.dirname(__file__), "..", "README.md")
 
@@ -30,18 +32,27 @@ def test_readme_first_lock(db: Database) -> None:
 
 
 def test_readme_later_blocks_run_with_what_they_take_as_given(db: Database) -> None:
-    """The election and asyncio fragments, given ``conninfo``, ``client``
-    and ``serve`` (the first block defines them in the reader's program)."""
+    """The election, semaphore, multi-lock, read-write and asyncio fragments,
+    given ``conninfo``, ``client`` and ``serve`` (the first block defines
+    them in the reader's program); nothing is left held afterwards."""
     text = open(README, encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)[1:]
     assert len(blocks) >= 2
     served: list = []
     client = db.client()
-    for i, code in enumerate(blocks):
-        ns = {"conninfo": db.conninfo(), "client": client,
-              "serve": lambda lease: served.append(lease.fence)}
-        exec(compile(code, f"python/README.md (block {i + 2})", "exec"), ns)
-        if "main" in ns:
-            asyncio.run(ns["main"]())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for i, code in enumerate(blocks):
+            ns = {"conninfo": db.conninfo(), "client": client,
+                  "serve": lambda lease: served.append(lease.fence)}
+            exec(compile(code, f"python/README.md (block {i + 2})", "exec"), ns)
+            if "main" in ns:
+                asyncio.run(ns["main"]())
     assert len(served) == 1 and served[0] > 0
-    assert db.owner("report-leader")[0] is None and db.owner("orders")[0] is None
+    # the asyncio block took every kind
+    for said in ("taking orders under fence", "exporting on slot", "reading the catalog among readers",
+                 "rewriting the catalog under fence", "moving money, both accounts held: {"):
+        assert said in out.getvalue(), out.getvalue()
+    for mutex in ("report-leader", "orders", "account-7", "account-9"):
+        assert db.owner(mutex)[0] is None
+    assert held_on_server(db, "exports") == 0 and status(db, "catalog") == ("free", 0, 0)
