@@ -21,7 +21,7 @@
  * one does; the clients ask in every exchange that registers a name and in
  * their LISTEN connection's pings. It exits once no connection is
  * registered, so it never keeps DROP DATABASE waiting on a database nobody
- * waits in. "Runs" means it holds a session-level advisory lock (SIMB,
+ * waits in. "Runs" means it holds a session-level advisory lock (SIMW,
  * 'LW') exclusively. To exit it lets the lock go first and then looks at
  * the registrations once more: a connection that saw it running had
  * registered before it let go, so that last look finds it and the waker
@@ -53,7 +53,11 @@
 /* simba.lapse_waker */
 bool		simba_lapse_waker = true;
 
-/* Second key of the waker's advisory lock. */
+/*
+ * The waker's advisory lock: a first key of its own ("SIMW"), so that
+ * pg_locks' rows of class "SIMB" stay registrations (and the collector's).
+ */
+#define LAPSE_LOCK_CLASS 0x53494d57
 #define LAPSE_LOCK_KEY 0x4c57		/* "LW" */
 /* The longest sleep between rounds: a session opened meanwhile may end sooner than any seen. */
 #define LAPSE_MAX_SLEEP_MS 1000
@@ -70,7 +74,7 @@ PGDLLEXPORT void simba_lapse_worker(Datum arg);
 static void
 lapse_tag(LOCKTAG *tag)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, SIMBA_LOCK_CLASS, LAPSE_LOCK_KEY, 2);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, LAPSE_LOCK_CLASS, LAPSE_LOCK_KEY, 2);
 }
 
 static bool

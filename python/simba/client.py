@@ -871,8 +871,9 @@ class Client:
             self._wanted[name] = self._wanted.get(name, 0) + 1
             if self._wanted[name] == 1:
                 self._register_dirty = True
-            if not self._listen_enabled or name in self._registered:
-                # nothing will register it (or it already is): attempt once more, then wait
+            if not self._listen_enabled or name in self._registered or self._closing:
+                # nothing will register it (or it already is): attempt once more, then wait;
+                # closing: close() woke the waiters before this one, and it must see it too
                 w.event.set()
         self._poke_listen()
         return w

@@ -268,8 +268,9 @@ def test_release_right_after_the_backends_were_killed_reaches_the_server_at_once
     t = threading.Thread(target=wait)
     t.start()
     assert eventually(lambda: db.admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query LIKE '%%simba_wait%%'",
-        (waiter.application_name,)).fetchone()[0] > 0, 5), "the waiter registered"
+        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)"
+        " WHERE a.application_name = %s AND l.locktype = 'advisory' AND l.classid = 1397312834"
+        " AND l.mode = 'ShareLock'", (waiter.application_name,)).fetchone()[0] > 0, 5), "the waiter registered"
     assert db.terminate(holder.application_name) >= 1
     released = monotonic()
     lk.release()
