@@ -59,6 +59,8 @@ bool		simba_lapse_waker = true;
  */
 #define LAPSE_LOCK_CLASS 0x53494d57
 #define LAPSE_LOCK_KEY 0x4c57		/* "LW" */
+/* Held by the one call that starts a waker: callers at once do not fill the worker slots. */
+#define LAPSE_START_KEY 0x5354		/* "ST" */
 /* The longest sleep between rounds: a session opened meanwhile may end sooner than any seen. */
 #define LAPSE_MAX_SLEEP_MS 1000
 /* How long a waker tries for its lock (a probe holds it shared for a moment), and simba_waker() for a start. */
@@ -72,9 +74,9 @@ typedef struct LapseArgs
 PGDLLEXPORT void simba_lapse_worker(Datum arg);
 
 static void
-lapse_tag(LOCKTAG *tag)
+lapse_tag(LOCKTAG *tag, uint32 key)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, LAPSE_LOCK_CLASS, LAPSE_LOCK_KEY, 2);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, LAPSE_LOCK_CLASS, key, 2);
 }
 
 static bool
@@ -82,7 +84,7 @@ waker_runs(void)
 {
 	LOCKTAG		tag;
 
-	lapse_tag(&tag);
+	lapse_tag(&tag, LAPSE_LOCK_KEY);
 	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
 	LockRelease(&tag, ShareLock, false);
@@ -110,7 +112,8 @@ PG_FUNCTION_INFO_V1(simba_waker);
 /*
  * simba_waker() → boolean: whether this database's lapse waker runs, so
  * that the end of every session is announced. Starts it when it does not
- * (and simba.lapse_waker allows), waiting up to a second for it.
+ * (and simba.lapse_waker allows), waiting up to a second for it; false at
+ * once while another call is starting one.
  */
 Datum
 simba_waker(PG_FUNCTION_ARGS)
@@ -118,11 +121,15 @@ simba_waker(PG_FUNCTION_ARGS)
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
 	int			waited;
+	LOCKTAG		starter;
 
 	simba_enter(fcinfo, false);
 	if (waker_runs())
 		PG_RETURN_BOOL(true);
+	/* One start at a time per database, the starter's lock kept to its transaction's end. */
+	lapse_tag(&starter, LAPSE_START_KEY);
 	if (!simba_lapse_waker || !IsUnderPostmaster || RecoveryInProgress() ||
+		LockAcquire(&starter, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL ||
 		!lapse_start(fcinfo, MyProcPid, &handle) ||
 		WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
 		PG_RETURN_BOOL(false);
@@ -145,7 +152,7 @@ lapse_lock(void)
 	LOCKTAG		tag;
 	int			waited;
 
-	lapse_tag(&tag);
+	lapse_tag(&tag, LAPSE_LOCK_KEY);
 	for (waited = 0; waited < LAPSE_START_MS; waited += 10)
 	{
 		if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL)
@@ -197,7 +204,7 @@ lapse_wanted(void)
 	if (simba_wake_registered())
 		return true;
 	/* Let go, then look once more (see the top of the file). */
-	lapse_tag(&tag);
+	lapse_tag(&tag, LAPSE_LOCK_KEY);
 	LockRelease(&tag, ExclusiveLock, true);
 	if (!simba_wake_registered())
 		return false;
