@@ -178,3 +178,50 @@ def test_announced_lapse_poll_must_be_positive(db: Database, value: float) -> No
     with pytest.raises(simba.errors.InvalidArgumentError) as e:
         simba.Client(db.conninfo(), announced_lapse_poll=value)
     assert e.value.sqlstate == "22023"
+
+
+def wakers(db: Database) -> int:
+    return db.admin.execute("SELECT count(*) FROM pg_stat_activity"
+                            " WHERE backend_type = 'simba lapse waker' AND datname = current_database()").fetchone()[0]
+
+
+def test_waker_runs_while_someone_waits_and_not_after(db: Database, name: str) -> None:
+    with psycopg.connect(db.conninfo(), autocommit=True) as w:
+        w.execute("SELECT simba_wait(ARRAY[%s])", (name,))
+        assert w.execute("SELECT simba_waker()").fetchone()[0] is True
+        assert wakers(db) == 1
+        # asked again, by anyone: the one that runs answers
+        with psycopg.connect(db.conninfo(), autocommit=True) as other:
+            assert other.execute("SELECT simba_waker()").fetchone()[0] is True
+        assert wakers(db) == 1
+        w.execute("SELECT simba_wait(ARRAY[%s], false)", (name,))
+        assert eventually(lambda: wakers(db) == 0, 5), "the waker stayed with nobody registered"
+
+
+def test_one_start_at_a_time(db: Database, name: str) -> None:
+    assert eventually(lambda: wakers(db) == 0, 5)
+    with psycopg.connect(db.conninfo(), autocommit=True) as w, psycopg.connect(db.dsn()) as starting:
+        w.execute("SELECT simba_wait(ARRAY[%s])", (name,))
+        # another call holds the starter's lock (SIMW, 'ST') in its transaction
+        starting.execute("SELECT pg_advisory_xact_lock(1397312855, 21332)")
+        t0 = time.monotonic()
+        assert w.execute("SELECT simba_waker()").fetchone()[0] is False
+        assert time.monotonic() - t0 < 0.5 and wakers(db) == 0
+        starting.rollback()
+        assert w.execute("SELECT simba_waker()").fetchone()[0] is True
+
+
+def test_setting_off_and_reloaded_stops_the_waker(db: Database, name: str) -> None:
+    with psycopg.connect(db.conninfo(), autocommit=True) as w:
+        w.execute("SELECT simba_wait(ARRAY[%s])", (name,))
+        assert w.execute("SELECT simba_waker()").fetchone()[0] is True
+        db.admin.execute("ALTER SYSTEM SET simba.lapse_waker = off")  # in a backend that loaded simba
+        db.admin.execute("SELECT pg_reload_conf()")
+        try:
+            assert eventually(lambda: wakers(db) == 0, 5), "the waker ran on with the setting off"
+            # the setting reaches a new connection's own start at once
+            with psycopg.connect(db.conninfo(), autocommit=True) as fresh:
+                assert fresh.execute("SELECT simba_waker()").fetchone()[0] is False
+        finally:
+            db.admin.execute("ALTER SYSTEM RESET simba.lapse_waker")
+            db.admin.execute("SELECT pg_reload_conf()")
