@@ -5,7 +5,7 @@
 #
 #   PROCS "processes" hold the locks (lock i is process i % PROCS's), each on
 #   a connection of its own; a waiter process contends for 1 lock in
-#   WAITER_EVERY every WAITER_PERIOD seconds (its attempts lose).
+#   WAITER_EVERY (its attempts lose).
 #   - sessions: each process holds its locks under one session (ttl 10 s +
 #     transition 6 s) and keeps it alive every KEEPALIVE seconds. Ramped
 #     through STEPS (locks taken BATCH to a statement).
@@ -15,12 +15,19 @@
 #     PERLOCK_STEPS: the largest count with 0 lost is a headline.
 #   - etcd (bench/etcd_sessions.py): a lease of 16 s per process with its
 #     keys attached (concurrency.Session's layout), through STEPS.
+#   Under sessions the waiter waits as the clients do where the server's
+#   lapse waker runs (bench/lapse_waiter.py): it registers its names on a
+#   LISTEN connection, attempts each once, and then only on a NOTIFY or its
+#   backstop (BACKSTOP seconds); with per-lock leases it polls every
+#   WAITER_PERIOD seconds, as a waiter of those does.
 #   At each step, over STEADY seconds: server CPU (% of one core, from
 #   /proc), keepalive (renewal) latency p50/p99, statements/s, WAL bytes/s,
 #   memory, and locks lost. After the last step of each mode one process is
 #   killed (its connection terminated, as a SIGKILL leaves it) and a waiter
 #   takes each of its locks: the time from its last keepalive until the
-#   waiter holds each, p50/p99/max, against ttl + transition (16 s).
+#   waiter holds each, p50/p99/max, against ttl + transition (16 s); under
+#   sessions the waiter registered them all and takes each when the lapse
+#   is announced, with per-lock leases it polls every 0.2 s.
 #
 #   bench/sessions.sh                                    the full ramp (about 20 minutes)
 #   STEPS="10000 50000" PERLOCK_STEPS=10000 STEADY=10 bench/sessions.sh
@@ -34,7 +41,7 @@ root=$PWD
 out=$root/build/bench-results
 STEPS=${STEPS:-10000 100000 250000 500000 1000000} PERLOCK_STEPS=${PERLOCK_STEPS:-10000 50000 100000 200000}
 PROCS=${PROCS:-10} BATCH=${BATCH:-10000} STEADY=${STEADY:-60} KEEPALIVE=${KEEPALIVE:-3}
-WAITER_EVERY=${WAITER_EVERY:-100} WAITER_PERIOD=${WAITER_PERIOD:-10}
+WAITER_EVERY=${WAITER_EVERY:-100} WAITER_PERIOD=${WAITER_PERIOD:-10} BACKSTOP=${BACKSTOP:-300}
 
 if [ "${1:-}" != --suite ]; then
   bench/install-deps.sh
@@ -75,7 +82,8 @@ pct() { awk -v t="$1" -v s="$2" -v k="$ticks" 'BEGIN { printf "%.2f", 100 * t / 
 elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
 
 echo "benchmark 7 — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores; steps $STEPS (per-lock: $PERLOCK_STEPS), $PROCS processes," \
-  "ttl 10 s + transition 6 s, keepalive every $KEEPALIVE s, a waiter on 1 lock in $WAITER_EVERY every $WAITER_PERIOD s, steady $STEADY s" | log
+  "ttl 10 s + transition 6 s, keepalive every $KEEPALIVE s, a waiter on 1 lock in $WAITER_EVERY (sessions: announced," \
+  "backstop $BACKSTOP s; per-lock: every $WAITER_PERIOD s), steady $STEADY s" | log
 
 q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 # ka: each keepalive's (renewal statement's) time in the server, around the
@@ -86,7 +94,7 @@ q -d $db -c "CREATE EXTENSION simba" \
   -c "CREATE UNLOGGED TABLE ka (p int, at timestamptz, ms float8, statements int)" \
   -c "CREATE UNLOGGED TABLE attempts (at timestamptz)" \
   -c "CREATE UNLOGGED TABLE taken (i int PRIMARY KEY, at timestamptz)" \
-  -c "CREATE TABLE live (n int)" -c "INSERT INTO live VALUES (0)"
+  -c "CREATE TABLE live (n int, waited int)" -c "INSERT INTO live VALUES (0, 0)"
 
 # A "process": a loop on a connection of its own, named simba-bench-<name>,
 # running body every period seconds, each run committed. Killed by
@@ -143,12 +151,45 @@ steady() { # locks ramp_s
     FROM ka, (SELECT count(*) AS n FROM attempts WHERE at > '$t0') w WHERE ka.at > '$t0' GROUP BY w.n"
 }
 
-# Process 0 is killed; the waiter (its periodic attempts stopped first, so
-# that each take is this loop's) takes each of its locks as soon as it can:
-# every 0.2 s it asks who owns the first lock still to take (its lease ends
-# first), and once nobody does it tries every lock still to take in one
-# statement. Prints the seconds from its last keepalive (renewal) to each
-# take, p50/p99/max.
+# The waiter under sessions: bench/lapse_waiter.py in the background ($1: the session).
+start_announced_waiter() {
+  /usr/bin/python3 bench/lapse_waiter.py wait --dsn "dbname=$db" --session "$1" --every "$WAITER_EVERY" --backstop "$BACKSTOP" \
+    >"$work/waiter.log" 2>&1 &
+  waiter_pid=$!; pids+=($waiter_pid)
+}
+
+# The seconds from process 0's last keepalive (renewal) at $2 to each take, p50/p99/max.
+takes() { # locks last rounds
+  q -d $db -c "SELECT json_build_object('locks', count(*), 'bound_s', 16, 'rounds', $3,
+      'p50_s', round(extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY at - '$2'))::numeric, 2),
+      'p99_s', round(extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY at - '$2'))::numeric, 2),
+      'max_s', round(extract(epoch FROM max(at - '$2'))::numeric, 2)) FROM taken"
+}
+
+# Under sessions: a waiter registers every lock of process 0 and is told the
+# lapse waker runs (its steady waiter stopped first, so that each take is
+# this one's); process 0 is killed, and the waiter takes each lock when the
+# waker announces its session's end. rounds: the waiter's statements.
+announced_kill_and_take() { # locks session
+  local last t0
+  kill "$waiter_pid" 2>/dev/null || true
+  q -d $db -c "TRUNCATE taken"
+  t0=$(q -d $db -c "SELECT clock_timestamp()")
+  coproc taker { /usr/bin/python3 bench/lapse_waiter.py take --dsn "dbname=$db" --session "$2" --timeout 60 \
+    --names-from "SELECT 'lock-' || i FROM generate_series(0, $1 - 1, $PROCS) i" 2>&1; }
+  read -r ready <&"${taker[0]}"
+  [ "$ready" = ready ] || { echo "lapse_waiter: $ready" >&2; exit 1; }
+  kill_procs proc-0
+  last=$(q -d $db -c "SELECT max(at) FROM ka WHERE p = 0")
+  wait "$taker_PID" || true
+  takes "$1" "$last" "$(q -d $db -c "SELECT count(*) FROM attempts WHERE at > '$t0'")"
+}
+
+# Per-lock leases: process 0 is killed; the waiter (its periodic attempts
+# stopped first, so that each take is this loop's) takes each of its locks
+# as soon as it can: every 0.2 s it asks who owns the first lock still to
+# take (its lease ends first), and once nobody does it tries every lock
+# still to take in one statement.
 kill_and_take() { # locks lease-args
   local last rounds=0
   kill_procs waiter
@@ -165,10 +206,7 @@ kill_and_take() { # locks lease-args
                         LATERAL simba_acquire('lock-' || s.i, 'waiter', $2) o
                   WHERE o.owner_id = 'waiter'"
   done
-  q -d $db -c "SELECT json_build_object('locks', count(*), 'bound_s', 16, 'rounds', $rounds,
-      'p50_s', round(extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY at - '$last'))::numeric, 2),
-      'p99_s', round(extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY at - '$last'))::numeric, 2),
-      'max_s', round(extract(epoch FROM max(at - '$last'))::numeric, 2)) FROM taken"
+  takes "$1" "$last" "$rounds"
 }
 
 # --- simba, sessions -------------------------------------------------------
@@ -179,14 +217,20 @@ for ((p = -1; p < PROCS; p++)); do
   start_proc "$name" "$KEEPALIVE" "t0 := clock_timestamp(); PERFORM simba_session_keepalive((SELECT sid FROM procs WHERE p = $p));
     INSERT INTO ka SELECT $p, t0, extract(epoch FROM clock_timestamp() - t0) * 1000, 1 WHERE $p >= 0"
 done
-start_waiter "(SELECT sid FROM procs WHERE p = -1)"
+waiter_sid=$(q -d $db -c "SELECT sid FROM procs WHERE p = -1")
+start_announced_waiter "$waiter_sid"
 session_steps=()
 for n in $STEPS; do
   r=$(ramp "$n" "session_id => sid")
+  # the waiter has registered and tried the new locks (its one-off cost, not the steady state's)
+  until [ "$(q -d $db -c "SELECT waited FROM live")" -ge "$n" ]; do
+    kill -0 "$waiter_pid" 2>/dev/null || { echo "the waiter exited:" >&2; cat "$work/waiter.log" >&2; exit 1; }
+    sleep 0.2
+  done
   session_steps+=("$(steady "$n" "$r")")
   echo "sessions: ${session_steps[-1]}" >&2
 done
-session_kill=$(kill_and_take "$n" "session_id => (SELECT sid FROM procs WHERE p = -1)")
+session_kill=$(announced_kill_and_take "$n" "$waiter_sid")
 stop_all
 q -d $db -c "SELECT count(simba_session_close(sid)) FROM procs" -c "TRUNCATE simba_mutex, taken, ka, attempts" \
   -c "UPDATE live SET n = 0" >/dev/null
@@ -239,7 +283,7 @@ python3 bench/etcd_sessions.py --url http://127.0.0.1:23790 --pid "$etcd_pid" \
 # --- results ---------------------------------------------------------------
 join() { local IFS=,; echo "$*"; }
 cat >"$out/sessions.json" <<JSON
-{"procs": $PROCS, "steady_s": $STEADY, "keepalive_s": $KEEPALIVE, "waiter_every": $WAITER_EVERY, "waiter_period_s": $WAITER_PERIOD,
+{"procs": $PROCS, "steady_s": $STEADY, "keepalive_s": $KEEPALIVE, "waiter_every": $WAITER_EVERY, "waiter_period_s": $WAITER_PERIOD, "backstop_s": $BACKSTOP,
  "simba_sessions": {"steps": [$(join "${session_steps[@]}")], "kill": $session_kill},
  "simba_perlock": {"steps": [$(join "${perlock_steps[@]}")], "kill": $perlock_kill, "largest_without_loss": $perlock_max},
  "etcd": $(cat "$work/etcd.json")}
