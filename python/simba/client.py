@@ -1080,6 +1080,7 @@ class Client:
             log.info("simba: simba_wait unavailable (%s): not registering waits", str(e).strip())
             with self._mu:
                 self._registered = wanted
+                self._waker_unavailable = True  # nothing registered: no NOTIFY would announce a lapse
             for name in add:
                 self._wake(name)  # LISTEN is in place: attempt once more
             return False
