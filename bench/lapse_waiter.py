@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark 7's waiter under sessions as the clients wait where the server's
-lapse waker runs (bench/sessions.sh; README, "Lapses"): it registers the
+lapse waker runs (bench/sessions.sh; docs/reference.md, "Lapses"): it registers the
 names it waits on with simba_wait on a LISTEN connection of its own, asks
 simba_waker(), attempts each name once after registering it and then only
 on a NOTIFY of it or every --backstop seconds, as a client's

@@ -8,7 +8,8 @@
  * install still uses to someone else, and that holder's fence check would
  * pass. The event trigger simba_drop_guard runs at ddl_command_start, while
  * simba's tables still exist, and counts live leases on simba's clock. The
- * way out (docs/design.md, "Extension"; README): release or force-release
+ * way out (docs/design.md, "Extension"; docs/reference.md, "Housekeeping,
+ * dropping, simba's clock"): release or force-release
  * them, or a superuser sets simba.drop_live_leases = on.
  */
 #include "simba.h"

@@ -35,7 +35,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
-/* Largest permits argument (documented in README). */
+/* Largest permits argument (documented in docs/reference.md). */
 #define SIMBA_MAX_PERMITS 10000
 /* Longest context string, in characters. */
 #define SIMBA_MAX_CONTEXT_CHARS 256

@@ -15,7 +15,7 @@
 #include "fmgr.h"
 #include "utils/timestamp.h"
 
-/* Longest mutex name or contender id, in characters (documented in README). */
+/* Longest mutex name or contender id, in characters (documented in docs/reference.md). */
 #define SIMBA_MAX_NAME_CHARS 256
 /* Mutexes in one simba_acquire_all / simba_release_all call. */
 #define SIMBA_MAX_MULTI_LOCK 1000

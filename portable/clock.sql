@@ -1,7 +1,7 @@
 -- simba's clock in the portable edition: the server's wall clock
 -- (clock_timestamp()), with no origin. SQL cannot read a monotonic clock, so
--- a step of the wall clock moves every live lease (README.md, "The portable
--- edition"). Rows it writes carry no clock_origin; rows of another origin
+-- a step of the wall clock moves every live lease (docs/portable.md, "What
+-- differs, and why"). Rows it writes carry no clock_origin; rows of another origin
 -- (written by the C extension) are taken at their stored times, as the C
 -- extension reads them on a standby, and a row it writes is counted again
 -- in full from the C extension's origin, never shorter (docs/design.md, "Clock").

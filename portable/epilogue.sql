@@ -1,6 +1,7 @@
 
 -- The drop guard where this role may create an event trigger (a superuser,
--- or a managed service's admin role); elsewhere the README's way applies.
+-- or a managed service's admin role); elsewhere docs/portable.md's way
+-- applies ("What differs, and why": dropping).
 DO $$
 BEGIN
     CREATE EVENT TRIGGER simba_drop_guard ON ddl_command_start

@@ -1,7 +1,7 @@
 -- Housekeeping (mutex.c, gc.c; docs/design.md, "Housekeeping"). The
 -- portable edition starts no collector of its own (a background worker
 -- needs the C library): the owner schedules simba_mutex_gc (pg_cron, or
--- any job runner) as README.md, "The portable edition", shows.
+-- any job runner) as docs/portable.md shows.
 
 -- Rows of mutexes idle for idle_for or longer (released, or their lease or
 -- session ended), with no live fair queue entry and no transaction holding

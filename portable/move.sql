@@ -1,6 +1,6 @@
 -- Moves simba in one schema between its editions, in one transaction,
 -- keeping every row, and every fence sequence above the values it issued
--- (a fence is never issued twice). README.md, "Moving between editions".
+-- (a fence is never issued twice). docs/portable.md, "Moving between editions".
 --
 --   portable edition to the C extension (a superuser; live leases are kept:
 --   rows of the portable edition carry no clock origin, so the extension

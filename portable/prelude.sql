@@ -4,7 +4,7 @@
 -- script build/portable/simba_portable.sql from the extension's install
 -- script: its tables, types, views and comments as they are, each C
 -- function replaced by the PL/pgSQL of the same name in portable/*.sql
--- (portable/build.sh). README.md, "The portable edition", lists what it
+-- (portable/build.sh). docs/portable.md, "What differs, and why", lists what it
 -- cannot do as the C extension does, and why.
 --
 --   psql -v schema=simba -f simba_portable.sql "dbname=app user=app_owner"
@@ -35,7 +35,7 @@ SELECT pg_catalog.to_regclass(pg_catalog.format('%I.simba_mutex', :'schema')) IS
 DO $$
 BEGIN
     RAISE EXCEPTION 'the C extension simba is installed in this schema' USING ERRCODE = '42710',
-        HINT = 'To move to the portable edition, see README.md, "Moving between editions".';
+        HINT = 'To move to the portable edition, see docs/portable.md, "Moving between editions".';
 END
 $$;
 \elif :simba_present

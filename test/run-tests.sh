@@ -102,7 +102,7 @@ run_pg_suite docs test/check-docs.sh
 # in a database of its own (test/pg-suites.sh; make check runs them too)
 # Beside them, as they mostly wait on leases: the same suites against the
 # portable edition (portable/), installed by a database's owner without
-# superuser (an alternate expected output or a skip only where README.md's
+# superuser (an alternate expected output or a skip only where docs/portable.md's
 # table of differences explains it)
 bg_suite portable test/portable/suites.sh
 run_pg_suite regress+isolation test/pg-suites.sh

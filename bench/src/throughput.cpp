@@ -11,7 +11,7 @@
 //               --portable PATH installs its script in schema simba_portable)
 //   simba_always  the same under SET simba.notify = always (pair only; a
 //               superuser's connection): every release sends its NOTIFY, as
-//               until 1.4 made registered the default (README, "Wake-ups")
+//               until 1.4 made registered the default (docs/reference.md, "Wake-ups")
 //   floor       the extension's conditional UPDATE ... RETURNING as plain SQL
 //               (+ its release UPDATE with pg_notify), clock_timestamp() as t
 //   floor_trig  the same statements on simba_mutex itself (its triggers fire):

@@ -21,7 +21,7 @@ namespace simba::cli {
 #define SIMBA_CLI_OWNER_ID \
     "CASE WHEN owner_role <> current_user AND owner_id = $2 THEN owner_role || ':' || owner_id ELSE owner_id END"
 
-/// Exit codes (README: "Exit codes"). sysexits.h values where one fits.
+/// Exit codes (cli/README.md, "Exit codes"). sysexits.h values where one fits.
 enum Exit : int {
     ok = 0,
     not_held = 1,         ///< owner: the mutex is free; release: the caller did not hold it
@@ -102,7 +102,7 @@ inline std::string pad(std::string s, std::size_t w) {
     return s;
 }
 
-/// What `simba status` and `simba top` show (README: "simba status"): by
+/// What `simba status` and `simba top` show (cli/README.md, "simba status"): by
 /// default what is held, waited for or changed within `recent`; `all`:
 /// every row; `pattern`: names matching a glob (* and ?); `exact`: one
 /// mutex (--mutex), shown whatever its state.

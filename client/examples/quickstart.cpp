@@ -1,5 +1,5 @@
 // The client guide's quick start: a lock across processes, held the
-// standard C++ way (README.md).
+// standard C++ way (client/README.md).
 #include <simba/simba.hpp>
 
 #include <cstdio>

@@ -347,7 +347,7 @@ Permit Semaphore::acquire(const std::string& key, int permits, milliseconds ttl,
     const auto deadline = SteadyClock::now() + timeout;
     // NOTIFYs of `key` are counted while this call waits, and only then;
     // after a try that found no permit it is registered as a waiter too
-    // (README, "Wake-ups"), and its registration taking effect counts as one.
+    // (docs/reference.md, "Wake-ups"), and its registration taking effect counts as one.
     struct Watch {
         pg::detail::Io& io;
         const std::string& key;

@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ReleaseAndExit,
 
 // The factory lives on: losing the LISTEN connection to the server's
 // pg_terminate_backend takes the statement connection with it at once
-// (README, "Failures": either one drops both), so the release the holder
+// (client/README.md, "Failures": either one drops both), so the release the holder
 // owes goes out right after the reconnect, not at the next keepalive.
 TEST(Reconnect, ALostListenConnectionTakesTheStatementConnectionWithIt) {
     auto db = admin();

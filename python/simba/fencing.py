@@ -1,5 +1,5 @@
 """Transactional fencing: ``simba_fence_check`` inside the caller's own
-psycopg transaction (README, "Transactional fencing")."""
+psycopg transaction (docs/reference.md, "Transactional fencing")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The same client against the portable edition (portable/, README "The
-portable edition"), installed by a database's owner without superuser: a
+"""The same client against the portable edition (portable/, docs/portable.md), installed by a database's owner without superuser: a
 lock, a prompt handoff and a fence check."""
 
 from __future__ import annotations

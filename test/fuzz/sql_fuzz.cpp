@@ -46,7 +46,7 @@ namespace {
 
 using Arg = std::optional<std::string>;  // nullopt = SQL NULL
 
-// What the API may answer besides success (README "Errors and limits").
+// What the API may answer besides success (docs/reference.md, "Errors and limits").
 const std::set<std::string> documented = {
     "22004",                    // NULL argument
     "22023",                    // invalid value
@@ -61,7 +61,7 @@ const std::set<std::string> documented = {
     "55P03",                    // lock_timeout: another session's open transaction holds the row
 };
 // Besides, inside an explicit transaction: a serialization failure or a
-// deadlock (README "Errors and limits": retry the transaction).
+// deadlock (docs/reference.md, "Errors and limits": retry the transaction).
 const std::set<std::string> documented_in_transaction = {"40001", "40P01"};
 
 std::mt19937_64 rng;

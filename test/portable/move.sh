@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Moving between editions (portable/move.sql; README.md, "Moving between
-# editions") against the server in libpq's environment, as a superuser
+# Moving between editions (portable/move.sql; docs/portable.md, "Moving
+# between editions") against the server in libpq's environment, as a superuser
 # with the C extension installed: a database owned by a role without
 # superuser gets the portable edition; an application role takes a mutex,
 # a tenure under a session, a permit and a read hold; the move to the C

@@ -38,7 +38,7 @@
 #     data: a stale loss or 40001 where the C extension wins or loses on fresh data (never a
 #     second holder)
 #
-# Left out, each for a reason of the edition (README.md, "The portable edition"):
+# Left out, each for a reason of the edition (docs/portable.md, "What differs, and why"):
 skip_reasons=(
   "clock_file: simba's clock file and origin are the C extension's; the portable clock is clock_timestamp(), no origin"
   "clock_origin_file: the same (the cluster's clock origin file)"

@@ -8,7 +8,7 @@
 //
 // The check locks the mutex row FOR SHARE until the transaction ends, so no
 // other holder is granted the mutex before this transaction commits or
-// aborts (README, "Transactional fencing"). On failure it throws the typed
+// aborts (docs/reference.md, "Transactional fencing"). On failure it throws the typed
 // simba error: NotOwnerError (SB001), StaleFenceError (SB002),
 // LeaseExpiredError (SB003), PermissionDeniedError (42501), ...; the
 // transaction is then aborted, as PostgreSQL aborts it, and must not commit.
