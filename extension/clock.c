@@ -335,7 +335,7 @@ PG_FUNCTION_INFO_V1(simba_epoch_us);
  * simba_epoch_us(t): t as microseconds since 1970-01-01 00:00 UTC, exactly.
  * Clients read lease times this way: extract(epoch ...) computes in numeric,
  * which cost the client's acquire statement 14k instructions of its 306k
- * (bench/README.md, "Extension 1.4"). No search_path to pin: it looks
+ * (bench/NOTES.md, "Extension 1.4"). No search_path to pin: it looks
  * nothing up.
  */
 Datum

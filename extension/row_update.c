@@ -4,7 +4,7 @@
  *
  * An UPDATE run through SPI starts an executor on every call, and for a
  * statement that changes one row found by its key that start-up cost more
- * than the change itself (bench/README.md, "Extension 1.4"). This does
+ * than the change itself (bench/NOTES.md, "Extension 1.4"). This does
  * what such an UPDATE does (docs/design.md, "Row updates"):
  *
  * - it reads the row from the primary key in a fresh snapshot, taken as

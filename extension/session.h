@@ -26,7 +26,7 @@
  * its keepalive. It is a function (simba_session_ended, session.c), not a
  * subquery: a statement sets up every subquery it contains each time it
  * runs, whether it is evaluated or not, and that cost every call on a row
- * without a session twice the work of its UPDATE (bench/README.md). It
+ * without a session twice the work of its UPDATE (bench/NOTES.md). It
  * reads the session row from its primary key in the statement's snapshot,
  * and runs a locking statement only for a session that has ended there.
  */
@@ -39,7 +39,7 @@
  * session row in the statement's snapshot, else `own`. A function
  * (simba_session_time, session.c) rather than a subquery, for the reason
  * above: the two subqueries of an owner's times cost every losing attempt
- * 38.5k instructions, session or not (bench/README.md).
+ * 38.5k instructions, session or not (bench/NOTES.md).
  */
 #define SIMBA_SESSION_TIME_OR(id_col, session_col, origin, own) \
 	"COALESCE(simba_session_time(" id_col ", '" session_col "', " origin "), " own ")"
