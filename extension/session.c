@@ -239,11 +239,25 @@ returned_session(FunctionCallInfo fcinfo)
 	return PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], BlessTupleDesc(tupdesc)));
 }
 
+/* join_lock for session_id of caller: whether it was found, its end and ttl_at. */
+static bool
+join_locked(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *caller, TimestampTz *end,
+			TimestampTz *ttl_at)
+{
+	Datum		args[5];
+
+	caller_args(fcinfo, args, session_id, caller);
+	if (simba_execute(fcinfo, &join_lock, args, NULL, 1) != 1)
+		return false;
+	*end = column_time(1);
+	*ttl_at = column_time(2);
+	return true;
+}
+
 bool
 simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
 				   Datum *session_id, char *null, TimestampTz *ttl_at, TimestampTz *transition_at)
 {
-	Datum		args[5];
 	bool		found;
 	TimestampTz end = 0;
 
@@ -251,18 +265,19 @@ simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller
 		return false;
 	*session_id = PG_GETARG_DATUM(argno);
 	*null = ' ';
-	caller_args(fcinfo, args, *session_id, caller);
-	found = simba_execute(fcinfo, &join_lock, args, NULL, 1) == 1;
-	if (found)
-	{
-		end = column_time(1);
-		*ttl_at = column_time(2);
-		*transition_at = end;
-	}
+	found = join_locked(fcinfo, *session_id, caller, &end, ttl_at);
+	*transition_at = end;
 	/* The clock after the lock: the session must be live now. */
 	if (!found || end <= simba_now(fcinfo))
 		no_session(*session_id, found, end);
 	return true;
+}
+
+bool
+simba_session_join_for(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *holder,
+					   TimestampTz *ttl_at, TimestampTz *transition_at)
+{
+	return join_locked(fcinfo, session_id, holder, transition_at, ttl_at) && *transition_at > simba_now(fcinfo);
 }
 
 Datum

@@ -90,5 +90,12 @@ extern bool simba_session_has_ended(FunctionCallInfo fcinfo, Datum id, Timestamp
  */
 extern bool simba_session_join(FunctionCallInfo fcinfo, int argno, const SimbaCaller *caller,
 							   Datum *session_id, char *null, TimestampTz *ttl_at, TimestampTz *transition_at);
+/*
+ * The same for a tenure granted to another holder (a fair release hands the
+ * mutex to the head of its queue): session_id locked as simba_session_join
+ * locks it, but false instead of SB004 when it is not holder's or not live.
+ */
+extern bool simba_session_join_for(FunctionCallInfo fcinfo, Datum session_id, const SimbaCaller *holder,
+								   TimestampTz *ttl_at, TimestampTz *transition_at);
 
 #endif							/* SIMBA_SESSION_H */

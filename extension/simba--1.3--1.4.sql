@@ -430,10 +430,13 @@ CREATE TABLE @extschema@.simba_mutex_queue (
     renewed_at    timestamptz NOT NULL,
     transition_at timestamptz NOT NULL,
     clock_origin  timestamptz,
+    ttl           interval,
+    transition    interval,
+    session_id    uuid,
     PRIMARY KEY (mutex, owner_id, owner_roleid, owner_sysid)
 );
 COMMENT ON TABLE @extschema@.simba_mutex_queue IS
-  'simba: contenders waiting for a mutex through simba_fair_acquire, in order of enqueued_at; an entry lapses at transition_at (from renewed_at, on the clock of clock_origin) unless its contender asks again. Written only by the simba_fair_* functions';
+  'simba: contenders waiting for a mutex through simba_fair_acquire, in order of enqueued_at; an entry lapses at transition_at (from renewed_at, on the clock of clock_origin) unless its contender asks again; ttl and transition, or session_id, are the lease a release hands the head of the queue. Written only by the simba_fair_* functions';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.simba_mutex_queue', '');
 
 -- The status of every mutex, now with how long a free one has been idle and

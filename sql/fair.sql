@@ -1,6 +1,7 @@
 -- the fair lock: the mutex goes to contenders in arrival order; a waiter
 -- keeps its place by asking again; a lapsed entry is skipped; the release
--- wakes only the next waiter (fair_race.spec); bad input changes nothing
+-- hands the mutex to the next waiter and wakes only it (fair_race.spec);
+-- bad input changes nothing
 SET client_min_messages = warning;
 SET simba.drop_live_leases = on;
 DROP EXTENSION simba;
@@ -22,7 +23,8 @@ SELECT count(DISTINCT wake_channel) AS channels
 SELECT owner_id, position FROM simba_fair_acquire('f', 'b', '1h', '1h');
 SELECT owner_id, fence, position FROM simba_fair_acquire('f', 'h', '1h', '1h');
 
--- released: the mutex is free, but only the head may take it
+-- released: the release hands the mutex to the head (a new fence, the
+-- lease it asked for) and its entry goes; the others keep their places
 SELECT simba_fair_release('f', 'h') AS released;
 SELECT owner_id, position FROM simba_fair_acquire('f', 'c', '1h', '1h');
 SELECT owner_id, fence, position FROM simba_fair_acquire('f', 'a', '1h', '1h');
@@ -72,6 +74,30 @@ SELECT simba_session_close(:'sid') AS released;
 SELECT owner_id, fence, position FROM simba_fair_acquire('sf', 'b', '1h', '0s');
 SELECT simba_fair_release('sf', 'b') AS released;
 SELECT count(*) AS entries FROM simba_mutex_queue WHERE mutex = 'sf';
+
+-- the release hands the mutex to a head queued under its session: the
+-- tenure lives with that session, and the head's next call under it only
+-- reads (nothing written: the handoff's one commit is the release's); a
+-- head whose session has ended has lost everything under it: its entry is
+-- dropped and the next one is handed the mutex
+SELECT session_id AS hs FROM simba_session_open('1h', '0s') \gset
+SELECT owner_id FROM simba_fair_acquire('hf', 'h', '1h', '0s');
+SELECT position FROM simba_fair_acquire('hf', 'w', '1h', '0s', :'hs');
+SELECT simba_fair_release('hf', 'h') AS released;
+SELECT owner_id, session_id = :'hs' AS under_its_session, version AS handed_version
+  FROM simba_mutex WHERE mutex = 'hf' \gset
+SELECT :'owner_id' AS owner, :'under_its_session' AS under_its_session;
+SELECT owner_id, position, version = :handed_version AS nothing_written
+  FROM simba_fair_acquire('hf', 'w', '1h', '0s', :'hs');
+SELECT count(*) AS entries FROM simba_mutex_queue WHERE mutex = 'hf';
+SELECT session_id AS gone, transition_at AS gone_end FROM simba_session_open('100ms', '0s') \gset
+SELECT position FROM simba_fair_acquire('hf', 'x', '1h', '0s', :'gone');
+SELECT position FROM simba_fair_acquire('hf', 'y', '1h', '0s');
+SELECT pg_sleep(greatest(0, extract(epoch FROM :'gone_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_its_session;
+SELECT simba_fair_release('hf', 'w') AS released;
+SELECT owner_id, (SELECT count(*) FROM simba_mutex_queue WHERE mutex = 'hf') AS entries FROM simba_owner('hf');
+SELECT simba_fair_release('hf', 'y') AS released;
+SELECT simba_session_close(:'hs') AS closed;
 
 -- another role with the same contender id is another contender, with another channel
 CREATE ROLE regress_simba_fair;

@@ -37,7 +37,8 @@ SELECT session_id AS short, transition_at AS short_end FROM simba_session_open('
 SELECT owner_id FROM simba_acquire('g-ended', 'a', session_id => :'short');
 SELECT owner_id FROM simba_fair_acquire('g-fair', 'h', '1h', '1h');
 SELECT position FROM simba_fair_acquire('g-fair', 'w', '1h', '1h');
-SELECT simba_fair_release('g-fair', 'h') AS released;
+-- a plain release hands nothing over: the mutex free, w's entry live
+SELECT simba_release('g-fair', 'h') AS released;
 INSERT INTO simba_mutex (mutex, version, fence) VALUES ('g-old', 3, 1);
 INSERT INTO simba_mutex (mutex, version, fence, released_at)
 SELECT 'g-2h', 1, 1, now - '2 hours'::interval FROM simba_clock()

@@ -1470,11 +1470,15 @@ class Lock:
 
     def _withdraw_steps(self, statement: Callable[..., Any]) -> Steps:
         """:meth:`_withdraw` as steps: by the release statement; if that
-        fails, the place lapses by itself."""
+        fails it is owed (a fair release may have handed this contender the
+        mutex meanwhile, which under a session would stay its while the
+        session lives)."""
         try:
             yield functools.partial(statement, *self._release_statement())
         except Error as e:
-            log.info("simba: leaving the queue of %r failed (the place lapses): %s", self.name, e)
+            log.info("simba: leaving the queue of %r failed, it is owed: %s", self.name, e)
+            with self._client._mu:
+                self._owe_locked()
 
     def _release_statement(self) -> Tuple[str, Tuple[Any, ...]]:
         """The statement that gives the hold back (by id: it also serves an
