@@ -31,19 +31,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import psycopg
 
 from . import errors
 from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
-from .errors import IllegalStateError
+from .election import LEADER_SQL
+from .errors import IllegalStateError, LockTimeoutError
 from .lease import Lease, monotonic
 from .multi import MultiLock
 from .rwlock import ReadWriteLock
 from .semaphore import Permit, Semaphore
 
-__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock", "AsyncMultiLock"]
+T = TypeVar("T")
+
+__all__ = ["AsyncClient", "AsyncLock", "AsyncSemaphore", "AsyncPermit", "AsyncReadWriteLock", "AsyncMultiLock",
+           "AsyncElection"]
 
 
 class _LoopEvent:
@@ -116,6 +120,11 @@ class AsyncClient:
         client's thread)."""
         return AsyncLock(self, self.client, name, timeout=timeout, contender_id=contender_id, on_lost=on_lost,
                          on_suspended=on_suspended, on_resumed=on_resumed, fair=fair)
+
+    def election(self, name: str, *, value: Optional[str] = None,
+                 on_lost: Optional[Callback] = None) -> "AsyncElection":
+        """Leader election on mutex ``name`` (as :meth:`simba.Client.election`)."""
+        return AsyncElection(self, name, value=value, on_lost=on_lost)
 
     def read_lock(self, name: str, *, timeout: Optional[float] = None, contender_id: Optional[str] = None,
                   on_lost: Optional[Callback] = None, on_suspended: Optional[Callback] = None,
@@ -485,3 +494,63 @@ class AsyncSemaphore(_AsyncOnly, Semaphore):
             del self._entered_by[task]
         if permit.locked():
             await permit.release()
+
+
+class AsyncElection:
+    """:class:`~simba.Election` for asyncio: ``await campaign()``, ``await
+    resign()``, ``await leader()``, ``await run(coro_func)``; a leader is an
+    :class:`AsyncLock` holder, so loss is final and the fence grows with
+    every new leader. Cancelling a campaigning task ends the campaign."""
+
+    def __init__(self, aclient: AsyncClient, name: str, *, value: Optional[str] = None,
+                 on_lost: Optional[Callback] = None) -> None:
+        self.name = name
+        self._aclient = aclient
+        self._lock = aclient.lock(name, contender_id=value, on_lost=on_lost)
+
+    @property
+    def value(self) -> str:
+        """What :meth:`leader` returns while this campaigner leads: its contender id."""
+        return self._lock.contender_id
+
+    async def campaign(self, timeout: Optional[float] = None) -> Lease:
+        """Until elected (at most ``timeout`` seconds, None: no limit;
+        :class:`~simba.errors.LockTimeoutError` then); the leadership's lease."""
+        if not await self._lock.acquire(timeout=timeout):
+            raise LockTimeoutError(f"not elected leader of {self.name!r} within {timeout} s")
+        lease = self._lock.lease
+        if lease is None:  # lost between the grant and this read
+            raise LockTimeoutError(f"elected leader of {self.name!r}, but the lease ended at once")
+        return lease
+
+    async def resign(self) -> None:
+        """Steps down (the next campaigner is elected at once); ends a lost
+        leadership too. Nothing when not leading."""
+        if self._lock.locked():
+            await self._lock.release()
+
+    def is_leader(self) -> bool:
+        """Leads now: elected, and the lease's local deadline not passed."""
+        return self._lock.is_owner()
+
+    @property
+    def lease(self) -> Optional[Lease]:
+        """The leadership's lease while leading, else None."""
+        return self._lock.lease
+
+    async def leader(self) -> Optional[str]:
+        """The current leader's value as the server sees it now, or None."""
+        row, _ = await self._aclient._statement(LEADER_SQL, (self.name,))
+        return row[0] if row else None
+
+    async def run(self, func: Callable[..., Awaitable[T]], *args: Any, timeout: Optional[float] = None) -> T:
+        """Campaigns, awaits ``func(lease, *args)`` as leader, and resigns
+        when it returns or raises (or the task is cancelled)."""
+        lease = await self.campaign(timeout)
+        try:
+            return await func(lease, *args)
+        finally:
+            await self.resign()
+
+    def __repr__(self) -> str:
+        return f"<simba.aio.AsyncElection {self.name!r} value={self.value!r} leader={self.is_leader()}>"

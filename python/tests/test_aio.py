@@ -606,3 +606,43 @@ def test_session_end_is_loss_for_rwlocks_and_permits(db: Database, name: str) ->
                 assert ac.client.session_id != sid
 
     asyncio.run(main())
+
+
+def test_async_election_one_leader_handover_and_cancel(db: Database, name: str) -> None:
+    """Campaigners on tasks and on a thread: one leader at a time, resign
+    hands over at once with a greater fence, the server names the leader, a
+    cancelled campaign leaves nothing held, run() resigns."""
+    sync = db.client()
+    thread_election = sync.election(name, value="thread")
+
+    async def main() -> None:
+        async with await aclient(db) as ac:
+            ea, eb = ac.election(name, value="a"), ac.election(name, value="b")
+            lease_a = await ea.campaign(timeout=5)
+            assert ea.is_leader() and await ea.leader() == "a" and await eb.leader() == "a"
+            with pytest.raises(simba.LockTimeoutError):
+                await eb.campaign(timeout=0.3)
+            cancelled = asyncio.ensure_future(eb.campaign())
+            await asyncio.sleep(0.2)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            assert not eb.is_leader()
+            # a thread of another client waits too; a's resignation elects one of them
+            waiting = asyncio.ensure_future(asyncio.to_thread(thread_election.campaign, 15))
+            await asyncio.sleep(0.2)
+            t0 = time.monotonic()
+            await ea.resign()
+            lease_t = await waiting
+            assert time.monotonic() - t0 < 2.0 and lease_t.fence > lease_a.fence
+            assert await eb.leader() == "thread" and not ea.is_leader()
+            await asyncio.to_thread(thread_election.resign)
+
+            async def serve(lease: simba.Lease, tag: str) -> str:
+                assert eb.is_leader() and await eb.leader() == "b"
+                return f"{tag} {lease.fence > lease_t.fence}"
+
+            assert await eb.run(serve, "served", timeout=5) == "served True"
+            assert not eb.is_leader() and await eb.leader() is None
+
+    asyncio.run(main())

@@ -51,7 +51,8 @@ def test_readme_later_blocks_run_with_what_they_take_as_given(db: Database) -> N
     assert len(served) == 1 and served[0] > 0
     # the asyncio block took every kind
     for said in ("taking orders under fence", "exporting on slot", "reading the catalog among readers",
-                 "rewriting the catalog under fence", "moving money, both accounts held: {"):
+                 "rewriting the catalog under fence", "moving money, both accounts held: {",
+                 "leading under fence"):
         assert said in out.getvalue(), out.getvalue()
     for mutex in ("report-leader", "orders", "account-7", "account-9"):
         assert db.owner(mutex)[0] is None
