@@ -74,15 +74,16 @@ OBJS = $(patsubst %.c,%.o,$(wildcard $(EXTENSION_DIR)/*.c))
 MODULEDIR = extension
 # simba--1.4.sql installs the current version in one script; simba--1.0.sql
 # and each simba--A--B.sql (A to B, as shipped) are the older versions and
-# the path users update along. sql/upgrade.sql installs 1.0, updates in
+# the path users update along. test/sql/upgrade.sql installs 1.0, updates in
 # place, and checks that the result is exactly what a fresh install makes.
 DATA = $(EXTENSION_DIR)/simba.control $(wildcard $(EXTENSION_DIR)/simba--*.sql)
 
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+# The tests under test/, as pgvector keeps them: test/sql (pg_regress),
+# test/specs (isolation), one folder of expected outputs for both.
+REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
 ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
-# test/expected is a link to expected/: one folder of expected outputs for both suites.
 ISOLATION_OPTS = --inputdir=test --load-extension=simba
-REGRESS_OPTS = --load-extension=simba
+REGRESS_OPTS = --inputdir=test --load-extension=simba
 EXTRA_CLEAN = META.json
 
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers

@@ -1,7 +1,7 @@
 -- simba 1.4: leased mutexes with fencing tokens, counting semaphores with
 -- leased permits, ownership history (install script; the upgrade scripts
 -- simba--A--B.sql take older installs to the same objects, which
--- sql/upgrade.sql checks).
+-- test/sql/upgrade.sql checks).
 --
 -- Design (docs/design.md): one row per mutex in simba_mutex holds the current
 -- lease (owner_id and owner_role, acquired_at, ttl_at, transition_at, or the

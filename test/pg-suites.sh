@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The pg_regress (sql/) and isolation (test/specs/) suites against the
+# The pg_regress (test/sql/) and isolation (test/specs/) suites against the
 # server in libpq's environment (make check, make test, make valgrind),
-# SIMBA_SUITE_JOBS (default 3) runs at once: the sql/ tests in one
+# SIMBA_SUITE_JOBS (default 3) runs at once: the test/sql/ tests in one
 # pg_regress run (they share roles, which are the cluster's) and the specs
 # dealt out to the other runs, those that sleep first (they wait out real
-# leases, so they set the pace); each run in a database of its own (the sql/
+# leases, so they set the pace); each run in a database of its own (the test/sql/
 # runs share contrib_regression). A database per run, not per spec: under
 # valgrind a CREATE EXTENSION (the 1.0 script and every upgrade) costs about
 # half a minute.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pg_regress (sql/) and isolation (test/specs/) suites against the
+# The pg_regress (test/sql/) and isolation (test/specs/) suites against the
 # portable edition (portable/, `make portable`), on the server in libpq's
 # environment as a superuser, as test/pg-suites.sh runs them against the C
 # extension: a database per run, SIMBA_SUITE_JOBS (default 2) runs at once.
@@ -144,7 +144,7 @@ to_portable() { # kind (sql|out) < file > file
     { print }
     END { if (pending) print "DROP EXTENSION simba;" }'
 }
-for f in sql/*.sql; do
+for f in test/sql/*.sql; do
   to_portable sql < "$f" > "$work/input/sql/$(basename "$f")"
 done
 # The expected outputs name the database, the caller (postgres) and, in a
@@ -155,7 +155,7 @@ channels=$(psql -XAtq -d postgres -c "
                            left(md5(m || chr(1) || c || chr(1) || 'postgres'), 16),
                            left(md5(m || chr(1) || c || chr(1) || '$owner'), 16)), ';')
     FROM (VALUES ('q', 'a'), ('q', 'b'), ('q', 'c'), ('lf', 'w')) AS w(m, c)")
-for f in expected/*.out; do
+for f in test/expected/*.out; do
   to_portable out < "$f" | sed -E "s/contrib_regression/$regress_db/g; s/\bpostgres\b/$owner/g; $channels" \
     > "$work/input/expected/$(basename "$f")"
 done
@@ -198,7 +198,7 @@ export owner script work
 # --- the runs --------------------------------------------------------------
 
 regress=() specs=() alone=()
-for f in sql/*.sql; do
+for f in test/sql/*.sql; do
   t=$(basename "$f" .sql)
   [[ $skip == *" $t "* ]] || regress+=("$t")
 done
