@@ -124,6 +124,16 @@ static SimbaPlan held_by_other = {
 };
 
 /*
+ * Whether session $1 is the caller's ($2 role, $3 roleid, $4 sysid) and
+ * live at $5 (origin $6): read, not locked. Otherwise the call takes the
+ * locked path, whose join raises SB004 before anything changes.
+ */
+static SimbaPlan session_live_select = {
+	"SELECT 1 FROM simba_session_lease AS s WHERE " SIMBA_CALLERS_SESSION " AND " SIMBA_SESSION_END("$6") " > $5",
+	6, {UUIDOID, NAMEOID, OIDOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
  * Whether the caller holds mutex $1 under its session $8 at $3 (origin $4;
  * $2 contender, $5 role, $6 roleid, $7 sysid): read, not locked. Such a
  * holder's call (a head the release handed the mutex to) writes nothing.
@@ -278,9 +288,10 @@ held_under_session(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *ar
  * mutex row's lock, *place its place read without locks: another holder's
  * live lease holds the mutex, and the caller either has an entry already
  * (a release that hands the mutex over sees it) or others are ahead of it
- * (the mutex is theirs first). A new arrival at the head of the queue
- * decides under the lock: a release committing meanwhile would not see
- * its entry, and it takes the mutex that release frees.
+ * (the mutex is theirs first), and the session it passed, if any, is its
+ * own and live. A new arrival at the head of the queue decides under the
+ * lock: a release committing meanwhile would not see its entry, and it
+ * takes the mutex that release frees.
  */
 static bool
 loses_unlocked(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *args, Place *place)
@@ -290,6 +301,11 @@ loses_unlocked(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *args, 
 
 	*place = read_place(fcinfo, args[0], args[1], caller, DatumGetTimestampTz(args[2]), origin);
 	if (!place->queued && place->ahead == 0)
+		return false;
+	if (!PG_ARGISNULL(4) &&
+		simba_execute(fcinfo, &session_live_select,
+					  (Datum[]) {PG_GETARG_DATUM(4), caller->role, caller->roleid, caller->sysid, args[2], args[8]},
+					  (char[]) {' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1) != 1)
 		return false;
 	return simba_execute(fcinfo, &held_by_other,
 						 (Datum[]) {args[0], args[2], args[8], args[1], caller->role, caller->roleid, caller->sysid},
@@ -369,17 +385,14 @@ simba_fair_acquire_1_4(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }
 
-/* Heads whose session ended that one release drops, at most, before it hands the mutex on. */
-#define HAND_OVER_TRIES 100
-
 /*
  * Inside SPI, in the release's transaction: the mutex the caller freed goes
  * to the head of its queue on the lease its entry asked for, counted from
  * t (under its session: the session's), and its entry goes. A head whose
- * session has ended, or is not its role's, has lost everything under it:
- * its entry is dropped and false returned, for the next head. True when
- * the head was handed the mutex, or is to be only woken (its entry records
- * no lease).
+ * session has ended (or is not its role's) is only woken: its next call
+ * gets SB004 and asks again under a new session, keeping its place. False
+ * when its entry was gone, withdrawn by a transaction that committed while
+ * this one waited for it: the next head's turn.
  */
 static bool
 hand_over(FunctionCallInfo fcinfo, Datum mutex, const Head *head, TimestampTz t, TimestampTz origin)
@@ -401,13 +414,16 @@ hand_over(FunctionCallInfo fcinfo, Datum mutex, const Head *head, TimestampTz t,
 	transition_at = Min(simba_add_usec(simba_add_usec(t, DatumGetIntervalP(head->ttl)->time),
 									   DatumGetIntervalP(head->transition)->time), head->ends);
 	ttl_at = Min(simba_add_usec(t, DatumGetIntervalP(head->ttl)->time), transition_at);
-	if (head->no_session && transition_at <= t)
-		return true;			/* its entry lapses now: the next call decides */
-	if (!head->no_session && !simba_session_join_for(fcinfo, head->session, &head->holder, &ttl_at, &transition_at))
-	{
-		simba_execute(fcinfo, &entry_delete, (Datum[]) {mutex, PointerGetDatum(&head->tid)}, NULL, 0);
+	if (head->no_session ? transition_at <= t :
+		!simba_session_join_for(fcinfo, head->session, &head->holder, &ttl_at, &transition_at))
+		return true;			/* its entry lapses now, or its session has ended: only woken */
+	/*
+	 * Its entry first: a withdrawal deletes it too, and whichever deletes
+	 * first decides. Had the mutex gone first, a withdrawal committing
+	 * meanwhile would leave it to a waiter that asks no more.
+	 */
+	if (simba_execute(fcinfo, &entry_delete, (Datum[]) {mutex, PointerGetDatum(&head->tid)}, NULL, 0) == 0)
 		return false;
-	}
 	args[0] = mutex;
 	args[1] = CStringGetTextDatum(head->id);
 	args[2] = TimestampTzGetDatum(t);
@@ -421,10 +437,13 @@ hand_over(FunctionCallInfo fcinfo, Datum mutex, const Head *head, TimestampTz t,
 	memset(nulls, ' ', 10);
 	nulls[9] = head->no_session ? 'n' : ' ';
 	nulls[10] = '\0';
-	if (simba_mutex_take(fcinfo, args, nulls, &owner))
-		simba_execute(fcinfo, &entry_delete, (Datum[]) {mutex, PointerGetDatum(&head->tid)}, NULL, 0);
+	/* Taken: this transaction freed the mutex and holds its row. */
+	simba_mutex_take(fcinfo, args, nulls, &owner);
 	return true;
 }
+
+/* Heads withdrawn under one release that it passes over, at most, before it only wakes the next. */
+#define HAND_OVER_TRIES 16
 
 Datum
 simba_fair_release_1_4(PG_FUNCTION_ARGS)

@@ -85,9 +85,11 @@ $$;
 
 -- In the release's transaction: the mutex the caller freed goes to the head
 -- of its queue on the lease its entry asked for, from t (under its session:
--- the session's), and its entry goes. A head whose session has ended or is
--- not its role's is dropped (false: the next head's turn); true when handed,
--- or to be only woken (hand_over, fair.c).
+-- the session's), and its entry goes. A head whose session has ended (or is
+-- not its role's) is only woken: its next call gets SB004 and asks again
+-- under a new session, keeping its place (hand_over, fair.c). False when its
+-- entry was gone, withdrawn by a transaction that committed meanwhile: the
+-- next head's turn.
 CREATE FUNCTION simba_portable_hand_over(mutex text, place simba_portable_place, t timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -96,7 +98,6 @@ DECLARE
     -- a lease of its own ends with its entry at the latest (hand_over, fair.c)
     transition_at timestamptz := LEAST(t + place.next_ttl + place.next_transition, place.next_ends);
     ttl_at timestamptz := LEAST(t + place.next_ttl, transition_at);
-    took record;
 BEGIN
     IF place.next_ttl IS NULL OR place.next_transition IS NULL OR
        (place.next_session IS NULL AND transition_at <= t) THEN
@@ -109,16 +110,17 @@ BEGIN
            AND simba_portable_same_role(s.owner_role, s.owner_roleid, s.owner_sysid, place.next_caller)
            FOR KEY SHARE;
         IF NOT FOUND OR transition_at <= pg_catalog.clock_timestamp() THEN
-            DELETE FROM simba_mutex_queue AS q WHERE q.ctid = place.next_tid AND q.mutex = $1;
-            RETURN false;
+            RETURN true;
         END IF;
     END IF;
-    took := simba_portable_take((SELECT x FROM simba_mutex x WHERE x.mutex = $1), $1, place.next_id, t,
+    -- Its entry first: a withdrawal deletes it too, and whichever deletes first decides.
+    DELETE FROM simba_mutex_queue AS q WHERE q.ctid = place.next_tid AND q.mutex = $1;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM simba_portable_take((SELECT x FROM simba_mutex x WHERE x.mutex = $1), $1, place.next_id, t,
                                 ttl_at, transition_at, place.next_caller, place.next_session,
                                 (SELECT s.history FROM simba_settings AS s));
-    IF took.won THEN
-        DELETE FROM simba_mutex_queue AS q WHERE q.ctid = place.next_tid AND q.mutex = $1;
-    END IF;
     RETURN true;
 END
 $$;
@@ -229,7 +231,6 @@ DECLARE
     t timestamptz := pg_catalog.clock_timestamp();
     released boolean;
     place simba_portable_place;
-    tries integer;
 BEGIN
     IF simba_portable_bad_name($1) THEN
         PERFORM simba_portable_name($1, 'mutex');
@@ -246,10 +247,14 @@ BEGIN
     END IF;
     released := (simba_portable_release($1, $2, c, t)).released;
     -- Whose turn it is now has the mutex, if the caller freed it, and is woken; nobody else is.
-    FOR tries IN 1..100 LOOP  -- heads whose session ended dropped, at most
-        EXIT WHEN place.next_id IS NULL OR NOT released OR simba_portable_hand_over($1, place, t);
-        place := simba_portable_place($1, $2, c, t);
-    END LOOP;
+    -- (at most 16 heads withdrawn meanwhile passed over, as fair.c)
+    IF released THEN
+        FOR tries IN 1..16 LOOP
+            EXIT WHEN place.next_id IS NULL;
+            EXIT WHEN simba_portable_hand_over($1, place, t);
+            place := simba_portable_place($1, $2, c, t);
+        END LOOP;
+    END IF;
     IF place.next_id IS NOT NULL AND (released OR (place.queued AND place.ahead = 0)) THEN
         PERFORM pg_catalog.pg_notify(simba_portable_wake_channel($1, place.next_id, place.next_role), $1);
     END IF;

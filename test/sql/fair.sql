@@ -78,8 +78,8 @@ SELECT count(*) AS entries FROM simba_mutex_queue WHERE mutex = 'sf';
 -- the release hands the mutex to a head queued under its session: the
 -- tenure lives with that session, and the head's next call under it only
 -- reads (nothing written: the handoff's one commit is the release's); a
--- head whose session has ended has lost everything under it: its entry is
--- dropped and the next one is handed the mutex
+-- head whose session has ended is only woken, and keeps its place: asking
+-- again under a new session it takes the mutex
 SELECT session_id AS hs FROM simba_session_open('1h', '0s') \gset
 SELECT owner_id FROM simba_fair_acquire('hf', 'h', '1h', '0s');
 SELECT position FROM simba_fair_acquire('hf', 'w', '1h', '0s', :'hs');
@@ -95,9 +95,13 @@ SELECT position FROM simba_fair_acquire('hf', 'x', '1h', '0s', :'gone');
 SELECT position FROM simba_fair_acquire('hf', 'y', '1h', '0s');
 SELECT pg_sleep(greatest(0, extract(epoch FROM :'gone_end'::timestamptz - (simba_clock()).now)) + 0.05) AS past_its_session;
 SELECT simba_fair_release('hf', 'w') AS released;
-SELECT owner_id, (SELECT count(*) FROM simba_mutex_queue WHERE mutex = 'hf') AS entries FROM simba_owner('hf');
+SELECT owner_id IS NULL AS free, (SELECT count(*) FROM simba_mutex_queue WHERE mutex = 'hf') AS entries
+  FROM simba_owner('hf');
+SELECT session_id AS again FROM simba_session_open('1h', '0s') \gset
+SELECT owner_id, position FROM simba_fair_acquire('hf', 'x', '1h', '0s', :'again');
+SELECT simba_fair_release('hf', 'x') AS released;
 SELECT simba_fair_release('hf', 'y') AS released;
-SELECT simba_session_close(:'hs') AS closed;
+SELECT simba_session_close(:'hs') + simba_session_close(:'again') AS closed;
 
 -- another role with the same contender id is another contender, with another channel
 CREATE ROLE regress_simba_fair;
