@@ -781,7 +781,8 @@ TEST(CliStatus, ShowsWhatIsLiveNotEveryIdleRow) {
         tx.exec("SELECT simba_release('job-done', 'worker-2')");
         tx.exec("SELECT simba_fair_acquire('fair-m', 'h', '1h', '1h')");
         tx.exec("SELECT simba_fair_acquire('fair-m', 'queued-w', '1h', '1h')");
-        tx.exec("SELECT simba_fair_release('fair-m', 'h')");
+        // a plain release hands nothing over: free, with a waiter queued
+        tx.exec("SELECT simba_release('fair-m', 'h')");
         tx.exec("SELECT simba_rwlock_acquire('rw-read', 'reader-1', 'read', '1h', '1h')");
         tx.exec("SELECT simba_rwlock_acquire('rw-free', 'reader-2', 'read', '1h', '1h')");
         tx.exec("SELECT simba_rwlock_release('rw-free', 'reader-2')");
