@@ -163,11 +163,12 @@ if [ $client = yes ]; then
   # against the portable edition in a database a role without superuser
   # owns and installed it into (client/test/pg-run.sh), while the builds
   # above go on; not pg.always (the same tests again under notify =
-  # always) nor the hundred thousand services (the client's own load),
-  # for time
+  # always), the hundred thousand services (the client's own load) nor
+  # the conformance suite through PgBouncer (the pooler's path is the
+  # clients', run above and by the TCK's PgBouncer cases here), for time
   run_ctest_suite ctest-portable env SIMBA_TEST_EDITION=portable \
     SIMBA_PORTABLE_SCRIPT="$PWD/build/portable/simba_portable.sql" ctest --test-dir build --output-on-failure \
-    --timeout 300 -j3 -L '^(pg|tck)$' -E '^pg\.(always|HundredThousandServices)$'
+    --timeout 300 -j3 -L '^(pg|tck)$' -E '^(pg\.(always|HundredThousandServices)|tck\.conformance\.pgbouncer)$'
 fi
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
 # a cluster of their own (make tsan)

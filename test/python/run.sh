@@ -17,10 +17,16 @@ trap 'rm -rf "$work"' EXIT
 make -s portable >/dev/null
 export SIMBA_PORTABLE_SCRIPT=$PWD/build/portable/simba_portable.sql
 rc=0
-"$py" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=60 python/tests >"$work/pytest.log" 2>&1 || rc=1
+# Two workers, a test file each at a time (a file's tests share its
+# database): most of the suite waits out leases.
+workers=(); "$py" -c 'import xdist' 2>/dev/null && workers=(-n 2 --dist loadfile)
+"$py" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=60 "${workers[@]}" python/tests >"$work/pytest.log" 2>&1 || rc=1
 cat "$work/pytest.log"
+# "path::test PASSED" alone, "[gw0] [ 10%] PASSED path::test" with workers
 sed -nE 's/^([^ ]*test_[^ ]*::[^ ]+) (PASSED|XPASS).*/python: \1 ... ok/p
-         s/^([^ ]*test_[^ ]*::[^ ]+) (FAILED|ERROR).*/python: \1 ... FAILED/p' "$work/pytest.log"
+         s/^([^ ]*test_[^ ]*::[^ ]+) (FAILED|ERROR).*/python: \1 ... FAILED/p
+         s/^\[gw[0-9]+\] \[ *[0-9]+%\] (PASSED|XPASS) ([^ ]*test_[^ ]*::[^ ]+).*/python: \2 ... ok/p
+         s/^\[gw[0-9]+\] \[ *[0-9]+%\] (FAILED|ERROR) ([^ ]*test_[^ ]*::[^ ]+).*/python: \2 ... FAILED/p' "$work/pytest.log"
 
 # From a copy: a build in place would leave build/ and *.egg-info behind.
 pip_install() {
