@@ -158,6 +158,7 @@ def test_keepalive_keeps_many_locks_with_one_statement(db: Database, name: str) 
         assert lk.acquire()
     calls = lambda: db.admin.execute(  # noqa: E731
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%simba_session_keepalive%'"
+        " AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
     ).fetchone()[0]
     before = calls()
     # three lease lengths: the locks outlive the first lease by far

@@ -278,6 +278,7 @@ def test_waiters_poll_without_listen_and_never_spin(db: Database, name: str) -> 
     lw = waiter.lock(name)
     attempts = lambda: db.admin.execute(  # noqa: E731
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%%simba_acquire(%%'"
+        " AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
     ).fetchone()[0]
     before = attempts()
     out: List[Any] = []
