@@ -52,9 +52,6 @@ public:
     void lock() ACQUIRE() { m_.lock(); }
     void unlock() RELEASE() { m_.unlock(); }
     bool try_lock() TRY_ACQUIRE(true) { return m_.try_lock(); }
-    /// For a function that the analysis cannot follow (a callback run under
-    /// the caller's lock): tells it this thread holds the mutex.
-    void assert_held() const ASSERT_CAPABILITY(this) {}
 
 private:
     friend class UniqueLock;
