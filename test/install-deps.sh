@@ -10,7 +10,7 @@ pkgs=(
   libpq-dev libpqxx-dev libgtest-dev
   nlohmann-json3-dev libhiredis-dev libcli11-dev
   libcpp-httplib-dev prometheus prometheus-postgres-exporter tmux python3-yaml
-  pgbouncer valgrind
+  pgbouncer valgrind clang
   python3-psycopg python3-pytest python3-pytest-xdist python3-setuptools python3-pip
   patroni etcd-server etcd-client procps postgresql-15-auto-failover
   "$@"

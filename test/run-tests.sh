@@ -69,11 +69,11 @@ count_pg_suite() { # name rc log
 bg_suite() { # name command...
   local name=$1; shift
   (set +e; "$@" >"$bg_log/suite.$name" 2>&1; echo $? >"$bg_log/suite.$name.rc") &
-  eval "bg_suite_pid_$name=$! bg_suite_start_$name=$SECONDS"
+  eval "bg_suite_pid_${name//-/_}=$! bg_suite_start_${name//-/_}=$SECONDS"
 }
 bg_suite_done() { # name
   local pid start
-  eval "pid=\$bg_suite_pid_$1 start=\$bg_suite_start_$1"
+  eval "pid=\$bg_suite_pid_${1//-/_} start=\$bg_suite_start_${1//-/_}"
   wait "$pid" || true
   suite_start=$start
   run_pg_suite_log "$1" "$(cat "$bg_log/suite.$1.rc")" "$bg_log/suite.$1"
@@ -153,6 +153,9 @@ run_ctest_suite() { # name command...
 # installs them, nothing ships them).
 nice -n 19 test/tsan/run.sh --build >"$bg_log/tsan" 2>&1 & tsan_build=$!
 DEB_CXXFLAGS_APPEND=-g1 nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$!
+# and the library built by clang with its lock annotations checked
+# (test/thread-safety/run.sh: a warning fails it), as niced
+bg_suite thread-safety nice -n 19 test/thread-safety/run.sh
 # C++: client (unit, integration, examples), TCK, SQL fuzzer: three at once
 # (most wait on leases, and each test keeps to its own database, names, roles
 # or cluster; the longest start first: COST).
@@ -170,6 +173,7 @@ if [ $client = yes ]; then
     SIMBA_PORTABLE_SCRIPT="$PWD/build/portable/simba_portable.sql" ctest --test-dir build --output-on-failure \
     --timeout 300 -j3 -L '^(pg|tck)$' -E '^(pg\.(always|HundredThousandServices)|tck\.conformance\.pgbouncer)$'
 fi
+bg_suite_done thread-safety
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
 # a cluster of their own (make tsan)
 if built tsan "$tsan_build"; then run_ctest_suite tsan test/tsan/run.sh; fi

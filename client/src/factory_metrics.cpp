@@ -7,7 +7,7 @@ namespace simba::pg::detail {
 
 void FactoryMetrics::track(const ServicePtr& svc) {
     svc->metrics = cells_.track(svc->mutex, svc->id);
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     if (services_.size() >= prune_at_) {  // drop destroyed services, amortized O(1)
         services_.erase(std::remove_if(services_.begin(), services_.end(),
                                        [](const std::weak_ptr<ServiceCore>& w) { return w.expired(); }),
@@ -25,7 +25,7 @@ Metrics FactoryMetrics::snapshot() {
     out.release_statements = release_statements_.load(std::memory_order_relaxed);
     out.release_calls = release_calls_.load(std::memory_order_relaxed);
     out.mutexes = cells_.snapshot();
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     for (auto& w : services_) {
         auto s = w.lock();
         if (!s) continue;

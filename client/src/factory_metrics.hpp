@@ -6,19 +6,19 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "metrics_cell.hpp"
 #include "service_core.hpp"
 #include "simba/metrics.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
 class FactoryMetrics {
 public:
     /// A new service: its cell, and its gauges from now on.
-    void track(const ServicePtr& svc);
+    void track(const ServicePtr& svc) EXCLUDES(m_);
     /// The service `svc` is gone: its cell folds into the mutex's entry.
     void untrack(const ServicePtr& svc) { cells_.untrack(svc->mutex, svc->id); }
     /// Keeps `svc`'s cell apart until let_go(), even past its service's
@@ -37,17 +37,18 @@ public:
     }
     /// A session statement (open, keepalive, close: sessions.hpp).
     void count_session_statement() { session_statements_.fetch_add(1, std::memory_order_relaxed); }
-    Metrics snapshot();
+    Metrics snapshot() EXCLUDES(m_);
 
 private:
     simba::detail::MetricCells cells_;
     std::atomic<std::uint64_t> statements_{0}, calls_{0}, session_statements_{0};
     std::atomic<std::uint64_t> release_statements_{0}, release_calls_{0};
-    // Services for the gauges (weak: a destroyed one is pruned), under m_.
-    // Lock order: m_ -> ServiceCore::m.
-    std::mutex m_;
-    std::vector<std::weak_ptr<ServiceCore>> services_;
-    std::size_t prune_at_ = 64;
+    // Services for the gauges (weak: a destroyed one is pruned). Lock order:
+    // m_ -> ServiceCore::m, in prose until ServiceCore::m is an annotated
+    // Mutex (ACQUIRED_BEFORE needs one).
+    Mutex m_;
+    std::vector<std::weak_ptr<ServiceCore>> services_ GUARDED_BY(m_);
+    std::size_t prune_at_ GUARDED_BY(m_) = 64;
 };
 
 }  // namespace simba::pg::detail

@@ -14,8 +14,12 @@ bool HoldGate::holds(std::thread::id me) const {
 /// the process waits to write.
 bool HoldGate::joinable() const { return mode_now_ == Mode::read && writers_waiting_ == 0 && hold_->view(); }
 
+/// The gate is free for a new take in that mode (a writer waiting keeps
+/// readers out).
+bool HoldGate::idle_for(bool shared) const { return mode_now_ == Mode::none && (!shared || writers_waiting_ == 0); }
+
 bool HoldGate::lock(SteadyClock::time_point deadline, bool shared, bool once) {
-    std::unique_lock<std::mutex> lock(m_);
+    UniqueLock lock(m_);
     const auto me = std::this_thread::get_id();
     if (holds(me)) throw IllegalStateError(what_ + " is already held by this thread (it is not recursive)");
     const auto my_cancels = cancels_;
@@ -26,19 +30,18 @@ bool HoldGate::lock(SteadyClock::time_point deadline, bool shared, bool once) {
         }
     } waiting{shared ? nullptr : &writers_waiting_};
     if (!shared) ++writers_waiting_;
-    const auto free = [&] { return mode_now_ == Mode::none && (!shared || writers_waiting_ == 0); };
     for (;;) {
         if (cancels_ != my_cancels) throw CancelledError("lock of " + what_ + " was cancelled");
         if (shared && joinable()) {
             readers_.push_back(me);
             return true;
         }
-        if (free()) break;
+        if (idle_for(shared)) break;
         if (once) return false;
-        // Woken by every change of mode; the read hold's liveness is looked at every 50 ms.
-        const auto until = std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(50));
-        simba::wait_until(cv_, lock, until, [&] { return cancels_ != my_cancels || free() || (shared && joinable()); });
-        if (SteadyClock::now() >= deadline && !free() && !(shared && joinable())) return false;
+        // Woken by every change of mode; the read hold's liveness is looked
+        // at every 50 ms. One wait, then the loop looks again.
+        cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(50)));
+        if (SteadyClock::now() >= deadline && !idle_for(shared) && !(shared && joinable())) return false;
     }
     if (waiting.n) {
         --writers_waiting_;
@@ -80,17 +83,18 @@ bool HoldGate::lock(SteadyClock::time_point deadline, bool shared, bool once) {
 }
 
 /// The last holder gone: the server hold is released (without m held).
-void HoldGate::release(std::unique_lock<std::mutex>& lock) {
+void HoldGate::release() {
     mode_now_ = Mode::releasing;
-    lock.unlock();
-    hold_->end();
-    lock.lock();
+    {
+        MutexUnlock unlocked(m_);
+        hold_->end();
+    }
     mode_now_ = Mode::none;
     cv_.notify_all();
 }
 
 void HoldGate::unlock(bool shared) {
-    std::unique_lock<std::mutex> lock(m_);
+    UniqueLock lock(m_);
     const auto me = std::this_thread::get_id();
     if (shared) {
         // This thread's hold, else one that lock_async() took for no thread.
@@ -105,13 +109,13 @@ void HoldGate::unlock(bool shared) {
             throw IllegalStateError(what_ + " is not held by this thread");
         writer_.reset();
     }
-    release(lock);
+    release();
 }
 
 std::future<void> HoldGate::lock_async(bool shared) {
     auto done = std::make_shared<std::promise<void>>();
     auto future = done->get_future();
-    std::unique_lock<std::mutex> lock(m_);
+    UniqueLock lock(m_);
     if (shared && joinable()) {
         readers_.emplace_back();
         done->set_value();
@@ -127,7 +131,7 @@ std::future<void> HoldGate::lock_async(bool shared) {
         // On the I/O thread (or a canceller's): the gate outlives the hold's
         // wait (the locker's destructor cancels it first).
         {
-            std::lock_guard<std::mutex> lock(m_);
+            MutexLock lock(m_);
             if (error || cancels_ != my_cancels) {
                 mode_now_ = Mode::none;
             } else if (shared) {
@@ -146,7 +150,7 @@ std::future<void> HoldGate::lock_async(bool shared) {
 }
 
 bool HoldGate::downgrade() {
-    std::unique_lock<std::mutex> lock(m_);
+    UniqueLock lock(m_);
     const auto me = std::this_thread::get_id();
     if (mode_now_ != Mode::write || (writer_ != me && writer_ != std::thread::id{}))
         throw IllegalStateError(what_ + " is not held for writing by this thread");
@@ -162,7 +166,7 @@ bool HoldGate::downgrade() {
 
 void HoldGate::cancel() {
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         ++cancels_;
         cv_.notify_all();
     }
@@ -170,7 +174,7 @@ void HoldGate::cancel() {
 }
 
 std::optional<LockHold::View> HoldGate::view(bool* exclusive) const {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     if (exclusive) *exclusive = mode_now_ == Mode::write;
     if (mode_now_ != Mode::read && mode_now_ != Mode::write) return std::nullopt;
     return hold_->view();

@@ -57,7 +57,7 @@ SteadyClock::duration LockHold::retry_delay() const {
 void LockHold::begin(std::function<void(std::exception_ptr)> done, bool once) {
     std::uint64_t gen;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (phase_ != Phase::idle) throw IllegalStateError(st_->what() + " is held or being taken");
         phase_ = Phase::waiting;
         gen = ++gen_;
@@ -82,7 +82,7 @@ void LockHold::attempt(std::uint64_t gen) {
     const bool queued = io_->run(
         [self, gen](pqxx::connection& c) {
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 if (gen != self->gen_ || self->phase_ != Phase::waiting) return;
                 self->next_at_ = SteadyClock::time_point::max();
             }
@@ -107,7 +107,7 @@ void LockHold::attempt(std::uint64_t gen) {
             }
             bool once;
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 if (gen != self->gen_) return;
                 self->held_by_ = p.held_by;
                 once = self->once_;
@@ -124,7 +124,7 @@ void LockHold::attempt(std::uint64_t gen) {
             if (auto setup = self->io_->setup_error()) return self->settle(gen, setup);
             bool once;
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 once = self->once_;
             }
             if (permanent(e)) return self->settle(gen, e);
@@ -144,7 +144,7 @@ void LockHold::attempt(std::uint64_t gen) {
 void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
     Phase phase;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (gen != gen_ || (phase_ != Phase::waiting && phase_ != Phase::held) || at >= next_at_) return;
         next_at_ = at;
         phase = phase_;
@@ -154,7 +154,7 @@ void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
         auto s = weak.lock();
         if (!s) return;
         {
-            std::lock_guard<std::mutex> lock(s->m_);
+            MutexLock lock(s->m_);
             if (gen != s->gen_ || s->next_at_ != at || s->phase_ != phase) return;  // replaced, or ended
             // Due now: the step may fail before its statement (no
             // connection) and must be able to set the next one.
@@ -175,7 +175,7 @@ void LockHold::notified(bool registered) {
     std::uint64_t gen;
     SteadyClock::time_point at = now;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (registered) {
             // Its own registration took effect, which no stranger can cause:
             // one attempt now, spending nothing of the NOTIFY limit (a real
@@ -197,7 +197,7 @@ void LockHold::granted(std::uint64_t gen, const HoldProof& p, bool in_session) {
     std::function<void(std::exception_ptr)> done;
     SteadyClock::time_point deadline;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         // Ended meanwhile: end()'s release comes after this on the I/O thread.
         if (gen != gen_ || phase_ != Phase::waiting) return;
         phase_ = Phase::held;
@@ -221,7 +221,7 @@ void LockHold::settle(std::uint64_t gen, std::exception_ptr error) {
     std::function<void(std::exception_ptr)> done;
     bool withdraw;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (gen != gen_) return;
         ++gen_;
         phase_ = Phase::idle;
@@ -262,21 +262,21 @@ bool LockHold::take(SteadyClock::time_point deadline, bool once) {
         io_->while_waiting();
     }
     result.get();  // a setup mistake, or CancelledError: the wait is over
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     return phase_ != Phase::idle;  // held (or lost since: end() it); idle: refused (once) or ended
 }
 
 bool LockHold::end() {
     std::function<void(std::exception_ptr)> done;
     {
-        std::unique_lock<std::mutex> lock(m_);
+        UniqueLock lock(m_);
         if (phase_ == Phase::idle) return false;
         ++gen_;
         phase_ = Phase::idle;
         register_wait(false);
         done = std::move(done_);
         next_at_ = SteadyClock::time_point::max();
-        running_.wait_idle(lock);  // a callback already running finishes first (unless it is ours)
+        running_.wait_idle(m_, lock);  // a callback already running finishes first (unless it is ours)
     }
     if (done) done(std::make_exception_ptr(CancelledError("lock of " + st_->what() + " was cancelled")));
     // The session stops keeping it (also a grant that came as the wait
@@ -291,7 +291,7 @@ bool LockHold::end() {
         // attempt.
         log(LogLevel::warning, "release of " + st_->what() + " failed: " + e.what());
         {
-            std::lock_guard<std::mutex> lock(m_);
+            MutexLock lock(m_);
             owed_ = true;
         }
         io_->owe([self](pqxx::connection& c) { self->pay_debt(c); }, "release of " + st_->what());
@@ -302,11 +302,11 @@ bool LockHold::end() {
 /// On the I/O thread: sends the release end() owes, if it still does.
 void LockHold::pay_debt(pqxx::connection& c) {
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (!owed_) return;
     }
     st_->release(c);
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     owed_ = false;
 }
 
@@ -319,7 +319,7 @@ void LockHold::reask(std::uint64_t gen) {
             HoldProof held;
             bool in_session;
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 if (gen != self->gen_ || self->phase_ != Phase::held) return;
                 self->next_at_ = SteadyClock::time_point::max();
                 held = self->proof_;
@@ -338,13 +338,13 @@ void LockHold::reask(std::uint64_t gen) {
             bool extended;
             SteadyClock::time_point deadline;
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 if (gen != self->gen_) return;
                 extended = self->extend(p.lease, resumed);
                 deadline = self->deadline_;
             }
             if (!extended) return;
-            if (resumed) self->run_callback(gen, [](LockHold& h) { return h.on_resumed_; });
+            if (resumed) self->run_callback(gen, Callback::resumed);
             self->watch(gen, deadline);
             const auto now = SteadyClock::now();
             self->step_at(gen, now + std::max(SteadyClock::duration::zero(), ContendPeriod::owner_delay(p.lease, now)));
@@ -354,7 +354,7 @@ void LockHold::reask(std::uint64_t gen) {
             // retry gets through first.
             bool own;
             {
-                std::lock_guard<std::mutex> lock(self->m_);
+                MutexLock lock(self->m_);
                 own = !self->in_session_;
             }
             if (!own) return;  // a check: the keepalives decide
@@ -381,13 +381,13 @@ void LockHold::kept(const MutexOwner& session) {
     std::uint64_t gen;
     SteadyClock::time_point deadline;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (!in_session_) return;
         gen = gen_;
         extended = extend(session, resumed);
         deadline = deadline_;
     }
-    if (resumed) run_callback(gen, [](LockHold& h) { return h.on_resumed_; });
+    if (resumed) run_callback(gen, Callback::resumed);
     if (extended) watch(gen, deadline);
 }
 
@@ -396,7 +396,7 @@ void LockHold::keepalive_failed() { suspend(); }
 void LockHold::ended(const char* why) {
     std::uint64_t gen;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         gen = gen_;
     }
     lose(gen, why);
@@ -405,7 +405,7 @@ void LockHold::ended(const char* why) {
 void LockHold::revoked() {
     std::uint64_t gen;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (phase_ != Phase::held || !in_session_) return;
         gen = gen_;
     }
@@ -417,28 +417,25 @@ void LockHold::suspend() {
     std::uint64_t gen;
     SteadyClock::time_point deadline;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (phase_ != Phase::held || suspended_ || SteadyClock::now() >= deadline_) return;
         suspended_ = true;
         gen = gen_;
         deadline = deadline_;
     }
-    run_callback(gen, [deadline](LockHold& h) -> std::function<void()> {
-        if (!h.on_suspended_) return {};
-        return [cb = h.on_suspended_, deadline] { cb(deadline); };
-    });
+    run_callback(gen, Callback::suspended, deadline);
 }
 
 void LockHold::lose(std::uint64_t gen, const std::string& why) {
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (gen != gen_ || phase_ != Phase::held) return;
         phase_ = Phase::lost;
         next_at_ = SteadyClock::time_point::min();
     }
     log(LogLevel::warning, st_->what() + " lost: " + why);
     io_->leave_session(shared_from_this());
-    run_callback(gen, [](LockHold& h) { return h.on_lost_; });
+    run_callback(gen, Callback::lost);
 }
 
 /// The lease watchdog, on the handle thread: a statement stuck on the I/O
@@ -449,25 +446,38 @@ void LockHold::watch(std::uint64_t gen, SteadyClock::time_point at) {
         auto s = weak.lock();
         if (!s) return;
         {
-            std::lock_guard<std::mutex> lock(s->m_);
+            MutexLock lock(s->m_);
             if (gen != s->gen_ || s->phase_ != Phase::held || SteadyClock::now() < s->deadline_) return;
         }
         s->lose(gen, "its lease ended without a renewal");
     });
 }
 
-/// Runs on the handle thread what `take` picks under m_ (an empty
-/// function: nothing), unless the hold `gen` ended meanwhile.
-void LockHold::run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take) {
+/// The locker's callback `which` as set now (an empty function: none);
+/// on_suspended's gets `deadline`.
+std::function<void()> LockHold::callback(Callback which, SteadyClock::time_point deadline) const {
+    switch (which) {
+        case Callback::lost: return on_lost_;
+        case Callback::resumed: return on_resumed_;
+        case Callback::suspended:
+            if (!on_suspended_) return {};
+            return [cb = on_suspended_, deadline] { cb(deadline); };
+    }
+    return {};
+}
+
+/// Runs on the handle thread the callback `which` as set then (under m_),
+/// unless the hold `gen` ended meanwhile.
+void LockHold::run_callback(std::uint64_t gen, Callback which, SteadyClock::time_point deadline) {
     auto self = shared_from_this();
-    io_->handle([self, gen, take = std::move(take)] {
+    io_->handle([self, gen, which, deadline] {
         std::function<void()> cb;
         {
-            std::lock_guard<std::mutex> lock(self->m_);
+            MutexLock lock(self->m_);
             if (gen != self->gen_) return;
-            cb = take(*self);
+            cb = self->callback(which, deadline);
             if (!cb) return;
-            self->running_.enter();
+            self->running_.enter(self->m_);
         }
         self->running_.run(self->m_, cb);
     });
@@ -478,7 +488,7 @@ bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
     HoldProof before;
     bool in_session;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (phase_ != Phase::held && phase_ != Phase::lost) throw IllegalStateError(st_->what() + " is not held");
         if (phase_ == Phase::lost || SteadyClock::now() >= deadline_) return false;  // lost already: final
         gen = gen_;
@@ -510,37 +520,37 @@ bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
         lose(gen, "the server answered with another hold");
         return false;
     }
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     if (gen != gen_ || phase_ != Phase::held) return false;
     proof_ = p;
     return true;
 }
 
 void LockHold::set_on_lost(std::function<void()> cb) {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     on_lost_ = std::move(cb);
 }
 
 void LockHold::set_on_suspended(std::function<void(SteadyClock::time_point)> cb) {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     on_suspended_ = std::move(cb);
 }
 
 void LockHold::set_on_resumed(std::function<void()> cb) {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     on_resumed_ = std::move(cb);
 }
 
 // ------------------------------------------------------------- reading
 
 std::optional<LockHold::View> LockHold::view() const {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     if (phase_ != Phase::held || SteadyClock::now() >= deadline_) return std::nullopt;
     return View{proof_, deadline_};
 }
 
 std::string LockHold::held_by() const {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     return held_by_;
 }
 

@@ -17,19 +17,17 @@
 // lease() stays empty and on_lost runs once; nothing takes the lock again
 // until end() and begin().
 //
-// Locking: m guards everything below it; no lock is held while a statement
-// or a callback runs. A statement's task checks `gen` (the wait or hold it
+// Locking: m_ guards what is marked GUARDED_BY (thread_annotations.hpp); no
+// lock is held while a statement or a callback runs. A statement's task checks `gen` (the wait or hold it
 // was sent for) before and after: end() bumps it, so a stale task changes
 // nothing, and end()'s own release runs after it on the same thread.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <pqxx/pqxx>
 #include <string>
@@ -41,6 +39,7 @@
 #include "sessions.hpp"
 #include "simba/lease.hpp"
 #include "simba/service.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
@@ -102,22 +101,22 @@ public:
     /// CancelledError if end() comes first. `once`: a single attempt, and
     /// done(nullptr) with the lock not held if refused. IllegalStateError
     /// unless idle (never begun, or ended).
-    void begin(std::function<void(std::exception_ptr)> done, bool once = false);
+    void begin(std::function<void(std::exception_ptr)> done, bool once = false) EXCLUDES(m_);
     /// begin(), then waits until held (true), refused (once: false), or
     /// `deadline` (false, the wait ended); throws what done() got.
-    bool take(SteadyClock::time_point deadline, bool once = false);
+    bool take(SteadyClock::time_point deadline, bool once = false) EXCLUDES(m_);
     /// Ends the wait or the hold and waits for the server's release (a
     /// statement on the I/O thread): true if a live hold was released. A
     /// waiting begin() gets CancelledError. Idle: false, nothing sent.
     /// Callbacks that already started are waited for (unless on this
     /// thread): none runs after end() returned.
-    bool end();
+    bool end() EXCLUDES(m_);
     /// Runs `change(statements)` and then one attempt, on the I/O thread, for
     /// the hold held now (a read-write lock's downgrade): true if it answers
     /// with the same fence and grant, and the hold goes on under its new
     /// proof; false if it was lost already, or is lost now (another answer,
     /// or none: the statement failed). IllegalStateError if nothing is held.
-    bool regrant(const std::function<void(HoldStatements&)>& change);
+    bool regrant(const std::function<void(HoldStatements&)>& change) EXCLUDES(m_);
 
     /// The hold now, in one piece: its proof and local deadline; nothing
     /// unless held and live.
@@ -125,14 +124,14 @@ public:
         HoldProof proof;
         SteadyClock::time_point deadline;
     };
-    [[nodiscard]] std::optional<View> view() const;
+    [[nodiscard]] std::optional<View> view() const EXCLUDES(m_);
     /// Who stood in the way at the last refused attempt ("" if nobody known).
-    [[nodiscard]] std::string held_by() const;
+    [[nodiscard]] std::string held_by() const EXCLUDES(m_);
 
     /// The locker's callbacks (any thread; each replaces the last).
-    void set_on_lost(std::function<void()> cb);
-    void set_on_suspended(std::function<void(SteadyClock::time_point)> cb);
-    void set_on_resumed(std::function<void()> cb);
+    void set_on_lost(std::function<void()> cb) EXCLUDES(m_);
+    void set_on_suspended(std::function<void(SteadyClock::time_point)> cb) EXCLUDES(m_);
+    void set_on_resumed(std::function<void()> cb) EXCLUDES(m_);
 
     // SessionHolder (I/O thread, io_m held)
     void kept(const MutexOwner& session) override;
@@ -142,6 +141,7 @@ public:
 
 private:
     enum class Phase { idle, waiting, held, lost };
+    enum class Callback { lost, suspended, resumed };
 
     void attempt(std::uint64_t gen);
     void step_at(std::uint64_t gen, SteadyClock::time_point at);
@@ -149,39 +149,40 @@ private:
     void reask(std::uint64_t gen);
     void settle(std::uint64_t gen, std::exception_ptr error);
     void notified(bool registered);
-    bool extend(const MutexOwner& lease, bool& resumed);
+    bool extend(const MutexOwner& lease, bool& resumed) REQUIRES(m_);
     void suspend();
     void lose(std::uint64_t gen, const std::string& why);
     void pay_debt(pqxx::connection& c);
     void watch(std::uint64_t gen, SteadyClock::time_point at);
-    void run_callback(std::uint64_t gen, std::function<std::function<void()>(LockHold&)> take);
+    std::function<void()> callback(Callback which, SteadyClock::time_point deadline) const REQUIRES(m_);
+    void run_callback(std::uint64_t gen, Callback which, SteadyClock::time_point deadline = {});
     SteadyClock::duration retry_delay() const;
 
-    std::function<void()> on_lost_;
-    std::function<void(SteadyClock::time_point)> on_suspended_;
-    std::function<void()> on_resumed_;
 
     const std::shared_ptr<Io> io_;
     const std::unique_ptr<HoldStatements> st_;
     const SteadyClock::duration margin_;
-    std::uint64_t subscription_ = 0;
-    bool registered_ = false;  // its names registered on the LISTEN connection (m_)
-    void register_wait(bool on);
+    void register_wait(bool on) REQUIRES(m_);
 
-    mutable std::mutex m_;
-    RunningCallback running_;
-    Phase phase_ = Phase::idle;
-    std::uint64_t gen_ = 0;  // the wait or hold tasks belong to
-    bool once_ = false;
-    bool in_session_ = false;
-    bool suspended_ = false;
-    bool owed_ = false;  // end()'s release failed: sent before the next attempt (or by the factory)
-    HoldProof proof_;
-    SteadyClock::time_point deadline_{};
-    std::function<void(std::exception_ptr)> done_;
-    SteadyClock::time_point next_at_ = SteadyClock::time_point::max();  // the next attempt or renewal (I/O)
-    SteadyClock::time_point notified_at_{};  // the last attempt a NOTIFY brought forward (I/O)
-    std::string held_by_;
+    mutable Mutex m_;
+    std::uint64_t subscription_ GUARDED_BY(m_) = 0;
+    bool registered_ GUARDED_BY(m_) = false;  // its names registered on the LISTEN connection
+    std::function<void()> on_lost_ GUARDED_BY(m_);
+    std::function<void(SteadyClock::time_point)> on_suspended_ GUARDED_BY(m_);
+    std::function<void()> on_resumed_ GUARDED_BY(m_);
+    RunningCallback running_;  // its state under m_ too
+    Phase phase_ GUARDED_BY(m_) = Phase::idle;
+    std::uint64_t gen_ GUARDED_BY(m_) = 0;  // the wait or hold tasks belong to
+    bool once_ GUARDED_BY(m_) = false;
+    bool in_session_ GUARDED_BY(m_) = false;
+    bool suspended_ GUARDED_BY(m_) = false;
+    bool owed_ GUARDED_BY(m_) = false;  // end()'s release failed: sent before the next attempt (or by the factory)
+    HoldProof proof_ GUARDED_BY(m_);
+    SteadyClock::time_point deadline_ GUARDED_BY(m_) = {};
+    std::function<void(std::exception_ptr)> done_ GUARDED_BY(m_);
+    SteadyClock::time_point next_at_ GUARDED_BY(m_) = SteadyClock::time_point::max();  // the next attempt or renewal (I/O)
+    SteadyClock::time_point notified_at_ GUARDED_BY(m_) = {};  // the last attempt a NOTIFY brought forward (I/O)
+    std::string held_by_ GUARDED_BY(m_);
 };
 
 }  // namespace simba::pg::detail

@@ -1,17 +1,18 @@
 #include "simba/log.hpp"
 
 #include <cstdio>
-#include <mutex>
+
+#include "thread_annotations.hpp"
 
 namespace simba {
 namespace {
 
-std::mutex& handler_mutex() {
-    static std::mutex m;
-    return m;
-}
-LogHandler& handler() {
-    static LogHandler h;
+struct Handler {
+    detail::Mutex m;
+    LogHandler h GUARDED_BY(m);
+};
+Handler& handler() {
+    static Handler h;
     return h;
 }
 
@@ -33,17 +34,19 @@ const char* to_string(LogLevel level) noexcept {
 }
 
 LogHandler set_log_handler(LogHandler h) {
-    std::lock_guard<std::mutex> lock(handler_mutex());
-    LogHandler old = std::move(handler());
-    handler() = std::move(h);
+    auto& s = handler();
+    detail::MutexLock lock(s.m);
+    LogHandler old = std::move(s.h);
+    s.h = std::move(h);
     return old;
 }
 
 void log(LogLevel level, const std::string& message) {
     LogHandler h;
     {
-        std::lock_guard<std::mutex> lock(handler_mutex());
-        h = handler();
+        auto& s = handler();
+        detail::MutexLock lock(s.m);
+        h = s.h;
     }
     try {
         if (h)

@@ -11,12 +11,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "simba/metrics.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::detail {
 
@@ -103,23 +103,23 @@ struct MetricsCell {
 class MetricCells {
 public:
     /// The cell of a new service of (mutex, id).
-    std::shared_ptr<MetricsCell> track(const std::string& mutex, const std::string& id) {
-        std::lock_guard<std::mutex> lock(m_);
+    std::shared_ptr<MetricsCell> track(const std::string& mutex, const std::string& id) EXCLUDES(m_) {
+        MutexLock lock(m_);
         auto& e = entry(mutex, id);
         ++e.services;
         return e.cell;
     }
     /// A service of (mutex, id) is gone.
-    void untrack(const std::string& mutex, const std::string& id) {
-        std::lock_guard<std::mutex> lock(m_);
+    void untrack(const std::string& mutex, const std::string& id) EXCLUDES(m_) {
+        MutexLock lock(m_);
         auto it = cells_.find({mutex, id});
         if (it == cells_.end() || --it->second.services > 0) return;
         entry(mutex, "").cell->add(*it->second.cell);
         cells_.erase(it);
     }
     /// Every cell's counters, sorted by (mutex, contender); gauges unset.
-    std::vector<MutexMetrics> snapshot() const {
-        std::lock_guard<std::mutex> lock(m_);
+    std::vector<MutexMetrics> snapshot() const EXCLUDES(m_) {
+        MutexLock lock(m_);
         std::vector<MutexMetrics> out;
         out.reserve(cells_.size());
         for (auto& [key, e] : cells_) out.push_back(e.cell->snapshot());
@@ -131,13 +131,13 @@ private:
         std::shared_ptr<MetricsCell> cell;
         int services = 0;
     };
-    Entry& entry(const std::string& mutex, const std::string& id) {
+    Entry& entry(const std::string& mutex, const std::string& id) REQUIRES(m_) {
         auto& e = cells_[{mutex, id}];
         if (!e.cell) e.cell = std::make_shared<MetricsCell>(mutex, id);
         return e;
     }
-    mutable std::mutex m_;
-    std::map<std::pair<std::string, std::string>, Entry> cells_;
+    mutable Mutex m_;
+    std::map<std::pair<std::string, std::string>, Entry> cells_ GUARDED_BY(m_);
 };
 
 }  // namespace simba::detail

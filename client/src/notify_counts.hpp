@@ -8,47 +8,48 @@
 #pragma once
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "simba/clock.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
 class NotifyCounts {
 public:
     void watch(const std::string& name) {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         ++counts_[name].watchers;
     }
     void unwatch(const std::string& name) {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         auto it = counts_.find(name);
         if (it != counts_.end() && --it->second.watchers <= 0) counts_.erase(it);
     }
     [[nodiscard]] std::uint64_t count(const std::string& name) const {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         auto it = counts_.find(name);
         return it == counts_.end() ? 0 : it->second.count;
     }
     /// Waits until count(name) differs from `seen`, or `until`; true if it does.
     bool wait_change(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) {
-        std::unique_lock<std::mutex> lock(m_);
-        return simba::wait_until(cv_, lock, until, [&] {
+        UniqueLock lock(m_);
+        for (;;) {
             auto it = counts_.find(name);
-            return it != counts_.end() && it->second.count != seen;
-        });
+            if (it != counts_.end() && it->second.count != seen) return true;
+            if (SteadyClock::now() >= until) return false;
+            cv_.wait_until(lock, until);
+        }
     }
     /// NOTIFYs received: counts the watched names among them, wakes waiters.
     void add(const std::vector<std::string>& names) {
         {
-            std::lock_guard<std::mutex> lock(m_);
+            MutexLock lock(m_);
             for (auto& name : names) {
                 auto it = counts_.find(name);
                 if (it != counts_.end()) ++it->second.count;
@@ -62,9 +63,9 @@ private:
         std::uint64_t count = 0;
         int watchers = 0;
     };
-    mutable std::mutex m_;
-    std::condition_variable cv_;
-    std::unordered_map<std::string, Entry> counts_;
+    mutable Mutex m_;
+    CondVar cv_;
+    std::unordered_map<std::string, Entry> counts_ GUARDED_BY(m_);
 };
 
 /// Its own mutex (a leaf): subscribe() and unsubscribe() come from any
@@ -76,14 +77,14 @@ public:
     /// fn(registered): registered when only a registration of one of the
     /// names took effect (ListenConnection::want_name), no NOTIFY.
     std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         const auto id = ++last_;
         for (auto& n : names) by_name_[n].push_back(id);
         subs_.emplace(id, Sub{std::move(names), std::move(fn)});
         return id;
     }
     void unsubscribe(std::uint64_t id) {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         auto it = subs_.find(id);
         if (it == subs_.end()) return;
         for (auto& n : it->second.names) {
@@ -96,7 +97,7 @@ public:
     /// Notes the subscriptions `names` concern (NOTIFYs, or `registered`:
     /// registrations that took effect); true if there are any.
     bool heard(const std::vector<std::string>& names, bool registered = false) {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         for (auto& n : names) {
             auto it = by_name_.find(n);
             if (it != by_name_.end())
@@ -109,7 +110,7 @@ public:
     void run() {
         std::vector<std::pair<std::function<void(bool)>, bool>> fns;
         {
-            std::lock_guard<std::mutex> lock(m_);
+            MutexLock lock(m_);
             std::sort(due_.begin(), due_.end());
             due_.erase(std::unique(due_.begin(), due_.end(), [](auto& a, auto& b) { return a.first == b.first; }),
                        due_.end());
@@ -125,11 +126,11 @@ private:
         std::vector<std::string> names;
         std::function<void(bool)> fn;
     };
-    std::mutex m_;
-    std::uint64_t last_ = 0;
-    std::map<std::uint64_t, Sub> subs_;
-    std::unordered_map<std::string, std::vector<std::uint64_t>> by_name_;
-    std::vector<std::pair<std::uint64_t, bool>> due_;  // (id, registered)
+    Mutex m_;
+    std::uint64_t last_ GUARDED_BY(m_) = 0;
+    std::map<std::uint64_t, Sub> subs_ GUARDED_BY(m_);
+    std::unordered_map<std::string, std::vector<std::uint64_t>> by_name_ GUARDED_BY(m_);
+    std::vector<std::pair<std::uint64_t, bool>> due_ GUARDED_BY(m_);  // (id, registered)
 };
 
 }  // namespace simba::pg::detail

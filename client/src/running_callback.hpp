@@ -3,26 +3,28 @@
 // (unless called from inside it), so none runs after they returned.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
+/// Its state is guarded by the owner's mutex, passed to each call as `m`
+/// (so the analysis checks the caller holds it, or not).
 class RunningCallback {
 public:
     /// The owner's mutex held: the calling thread runs a callback from now.
-    void enter() { thread_ = std::this_thread::get_id(); }
+    void enter([[maybe_unused]] Mutex& m) REQUIRES(m) { thread_ = std::this_thread::get_id(); }
     /// Runs `cb` (enter() first) without the owner's mutex `m`, then marks
     /// it done, also when it throws.
-    void run(std::mutex& m, const std::function<void()>& cb) {
+    void run(Mutex& m, const std::function<void()>& cb) EXCLUDES(m) {
         struct Done {
             RunningCallback& r;
-            std::mutex& m;
+            Mutex& m;
             ~Done() {
                 {
-                    std::lock_guard<std::mutex> lock(m);
+                    MutexLock lock(m);
                     r.thread_ = {};
                 }
                 r.done_.notify_all();
@@ -30,15 +32,15 @@ public:
         } done{*this, m};
         cb();
     }
-    /// `lock` on the owner's mutex held: waits until no callback runs,
+    /// `lock` on the owner's mutex `m` held: waits until no callback runs,
     /// unless it is the calling thread's own.
-    void wait_idle(std::unique_lock<std::mutex>& lock) {
-        done_.wait(lock, [&] { return thread_ == std::thread::id{} || thread_ == std::this_thread::get_id(); });
+    void wait_idle([[maybe_unused]] Mutex& m, UniqueLock& lock) REQUIRES(m) {
+        while (thread_ != std::thread::id{} && thread_ != std::this_thread::get_id()) done_.wait(lock);
     }
 
 private:
-    std::thread::id thread_;
-    std::condition_variable done_;
+    std::thread::id thread_;  // the owner's mutex
+    CondVar done_;
 };
 
 }  // namespace simba::pg::detail

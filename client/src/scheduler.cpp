@@ -1,11 +1,10 @@
 #include "simba/scheduler.hpp"
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba {
 
@@ -20,14 +19,16 @@ ScheduleConfig ScheduleConfig::fixed_delay(std::chrono::milliseconds initial_del
 struct Scheduler::State {
     ScheduleConfig config;
     Work work;
-    std::mutex m;
-    std::condition_variable cv;
-    bool leader = false;
-    std::uint64_t term = 0;  // +1 on every leadership change
-    bool quit = false;
-    const MutexContendService* service = nullptr;
+    detail::Mutex m;
+    detail::CondVar cv;
+    bool leader GUARDED_BY(m) = false;
+    std::uint64_t term GUARDED_BY(m) = 0;  // +1 on every leadership change
+    bool quit GUARDED_BY(m) = false;
+    const MutexContendService* service = nullptr;  // set before the worker starts
 
-    void run_worker();
+    void run_worker() EXCLUDES(m);
+    /// The leadership of `my_term` is over (or the scheduler stops).
+    bool cancelled(std::uint64_t my_term) const REQUIRES(m) { return quit || !leader || term != my_term; }
 };
 
 namespace {
@@ -47,24 +48,25 @@ private:
 }  // namespace
 
 void WorkContender::set(bool leader) {
-    std::lock_guard<std::mutex> lock(state_->m);
+    detail::MutexLock lock(state_->m);
     state_->leader = leader;
     ++state_->term;
     state_->cv.notify_all();
 }
 
 void Scheduler::State::run_worker() {
-    std::unique_lock<std::mutex> lock(m);
+    detail::UniqueLock lock(m);
     while (!quit) {
         if (!leader) {
-            cv.wait(lock, [&] { return quit || leader; });
+            while (!quit && !leader) cv.wait(lock);
             continue;
         }
         const std::uint64_t my_term = term;
-        auto cancelled = [&] { return quit || !leader || term != my_term; };
         auto next = SteadyClock::now() + config.initial_delay;
-        while (!cancelled()) {
-            if (simba::wait_until(cv, lock, next, cancelled)) break;  // lost leadership: next runs cancelled
+        while (!cancelled(my_term)) {
+            // Until the next run, unless the leadership ends first.
+            while (!cancelled(my_term) && SteadyClock::now() < next) cv.wait_until(lock, next);
+            if (cancelled(my_term)) break;  // lost leadership: next runs cancelled
             if (service && !service->is_owner()) {
                 // The lease deadline passed; on_released is on its way.
                 next += config.period;
@@ -94,8 +96,8 @@ void Scheduler::State::run_worker() {
 struct Scheduler::Impl {
     std::shared_ptr<State> state = std::make_shared<State>();
     std::unique_ptr<MutexContendService> service;
-    std::mutex call_m;  // start() and stop() one at a time: the worker is theirs
-    std::thread worker;
+    detail::Mutex call_m;  // start() and stop() one at a time: the worker is theirs
+    std::thread worker GUARDED_BY(call_m);
 
     ~Impl() {
         try {
@@ -106,11 +108,11 @@ struct Scheduler::Impl {
         if (worker.joinable()) worker.join();
     }
 
-    void start() {
-        std::lock_guard<std::mutex> call(call_m);
+    void start() EXCLUDES(call_m) {
+        detail::MutexLock call(call_m);
         if (worker.joinable()) throw IllegalStateError("Scheduler already started");
         {
-            std::lock_guard<std::mutex> lock(state->m);
+            detail::MutexLock lock(state->m);
             state->quit = false;
         }
         service->start();
@@ -118,11 +120,11 @@ struct Scheduler::Impl {
         worker = std::thread([st] { st->run_worker(); });
     }
 
-    void stop() {
-        std::lock_guard<std::mutex> call(call_m);
+    void stop() EXCLUDES(call_m) {
+        detail::MutexLock call(call_m);
         std::thread running;
         {
-            std::lock_guard<std::mutex> lock(state->m);
+            detail::MutexLock lock(state->m);
             if (service->status() != Status::RUNNING)
                 throw IllegalStateError(std::string("stop() needs status RUNNING, not ") +
                                         to_string(service->status()));

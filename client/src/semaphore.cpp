@@ -13,9 +13,7 @@
 // none runs after release() returned.
 #include "simba/semaphore.hpp"
 
-#include <condition_variable>
 #include <future>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -25,6 +23,7 @@
 #include "sessions.hpp"
 #include "simba/errors.hpp"
 #include "simba/log.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba {
 
@@ -47,22 +46,36 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
     const SteadyClock::duration margin;  // lease_margin(): given up this much before the proven end
     bool in_session = false;             // kept by a session, not by refreshes of its own
 
-    std::mutex m;
-    SteadyClock::time_point deadline{};
-    bool lost = false;
-    bool released = false;
-    bool suspended = false;  // a refresh failed, none succeeded since
-    std::function<void()> on_lost;
-    std::function<void(SteadyClock::time_point)> on_suspended;
-    std::function<void()> on_resumed;
-    pg::detail::RunningCallback running;
+    pg::detail::Mutex m;
+    SteadyClock::time_point deadline GUARDED_BY(m) = {};
+    bool lost GUARDED_BY(m) = false;
+    bool released GUARDED_BY(m) = false;
+    bool suspended GUARDED_BY(m) = false;  // a refresh failed, none succeeded since
+    std::function<void()> on_lost GUARDED_BY(m);
+    std::function<void(SteadyClock::time_point)> on_suspended GUARDED_BY(m);
+    std::function<void()> on_resumed GUARDED_BY(m);
+    pg::detail::RunningCallback running;  // its state under m too
 
-    bool live_locked() const { return !lost && !released && SteadyClock::now() < deadline; }
+    bool live_locked() const REQUIRES(m) { return !lost && !released && SteadyClock::now() < deadline; }
+
+    enum class Callback { lost, suspended, resumed };
+    /// The callback `which` as set now (empty: none); on_lost only once,
+    /// on_suspended's gets `deadline`.
+    std::function<void()> callback(Callback which, SteadyClock::time_point deadline_then) REQUIRES(m) {
+        switch (which) {
+            case Callback::lost: return std::exchange(on_lost, nullptr);
+            case Callback::resumed: return on_resumed;
+            case Callback::suspended:
+                if (!on_suspended) return {};
+                return [cb = on_suspended, deadline_then] { cb(deadline_then); };
+        }
+        return {};
+    }
 
     /// Marks the permit lost (once) and schedules on_lost.
     static void lose(const std::shared_ptr<State>& s, const std::string& why) {
         {
-            std::lock_guard<std::mutex> lock(s->m);
+            pg::detail::MutexLock lock(s->m);
             if (s->lost || s->released) return;
             s->lost = true;
         }
@@ -76,7 +89,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
         const auto proven = session.transition_deadline() - margin;
         bool resumed, longer;
         {
-            std::lock_guard<std::mutex> lock(m);
+            pg::detail::MutexLock lock(m);
             // As a refresh: never bridge a deadline that already passed.
             if (!live_locked()) return;
             longer = proven > deadline;
@@ -84,7 +97,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
             resumed = std::exchange(suspended, false);
         }
         auto self = shared_from_this();
-        if (resumed) run_callback(self, [](State& st) { return st.on_resumed; });
+        if (resumed) run_callback(self, Callback::resumed);
         if (longer) watch(self, proven);
     }
     void keepalive_failed() override { suspend(shared_from_this()); }
@@ -92,11 +105,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
 
     /// Runs on_lost (once) on the handle thread, unless release() comes first.
     static void run_on_lost(const std::shared_ptr<State>& s) {
-        run_callback(s, [](State& st) {
-            auto cb = std::move(st.on_lost);
-            st.on_lost = nullptr;
-            return cb;
-        });
+        run_callback(s, Callback::lost);
     }
 
     /// A refresh failed: on_suspended (once per suspension) with the
@@ -104,7 +113,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
     static void suspend(const std::shared_ptr<State>& s) {
         SteadyClock::time_point deadline;
         {
-            std::lock_guard<std::mutex> lock(s->m);
+            pg::detail::MutexLock lock(s->m);
             if (!s->live_locked() || s->suspended) return;
             s->suspended = true;
             deadline = s->deadline;
@@ -113,23 +122,20 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
     }
 
     static void run_on_suspended(const std::shared_ptr<State>& s, SteadyClock::time_point deadline) {
-        run_callback(s, [deadline](State& st) -> std::function<void()> {
-            if (!st.on_suspended) return {};
-            return [cb = st.on_suspended, deadline] { cb(deadline); };
-        });
+        run_callback(s, Callback::suspended, deadline);
     }
 
-    /// Runs on the handle thread what `take` picks under m (an empty
-    /// function: nothing), unless release() comes first.
-    static void run_callback(const std::shared_ptr<State>& s, std::function<std::function<void()>(State&)> take) {
-        s->io->handle([s, take = std::move(take)] {
+    /// Runs on the handle thread the callback `which` as set then (under
+    /// m), unless release() comes first.
+    static void run_callback(const std::shared_ptr<State>& s, Callback which, SteadyClock::time_point deadline = {}) {
+        s->io->handle([s, which, deadline] {
             std::function<void()> cb;
             {
-                std::lock_guard<std::mutex> lock(s->m);
+                pg::detail::MutexLock lock(s->m);
                 if (s->released) return;
-                cb = take(*s);
+                cb = s->callback(which, deadline);
                 if (!cb) return;
-                s->running.enter();
+                s->running.enter(s->m);
             }
             s->running.run(s->m, cb);
         });
@@ -143,7 +149,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
             if (!st) return;
             bool expired;
             {
-                std::lock_guard<std::mutex> lock(st->m);
+                pg::detail::MutexLock lock(st->m);
                 expired = SteadyClock::now() >= st->deadline;
             }
             if (expired) lose(st, "its lease ended without a refresh");
@@ -160,7 +166,7 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
 
     static void refresh(const std::shared_ptr<State>& s) {
         {
-            std::lock_guard<std::mutex> lock(s->m);
+            pg::detail::MutexLock lock(s->m);
             if (s->lost || s->released) return;
         }
         std::weak_ptr<State> weak = s;
@@ -180,12 +186,12 @@ struct Permit::State final : pg::detail::SessionHolder, std::enable_shared_from_
                 const auto deadline = sent + st->ttl - st->margin;
                 bool resumed;
                 {
-                    std::lock_guard<std::mutex> lock(st->m);
+                    pg::detail::MutexLock lock(st->m);
                     st->deadline = deadline;
                     resumed = st->suspended && !st->lost;
                     st->suspended = false;
                 }
-                if (resumed) run_callback(st, [](State& s) { return s.on_resumed; });
+                if (resumed) run_callback(st, Callback::resumed);
                 watch(st, deadline);
                 schedule_refresh(st, sent + st->ttl / 3);
             },
@@ -234,19 +240,19 @@ const std::string& Permit::token() const noexcept { return state_->token; }
 std::int64_t Permit::fence() const noexcept { return state_->fence; }
 
 bool Permit::lost() const {
-    std::lock_guard<std::mutex> lock(state_->m);
+    pg::detail::MutexLock lock(state_->m);
     return !state_->live_locked();
 }
 
 bool Permit::release() {
     if (!state_) return false;  // moved from
     {
-        std::unique_lock<std::mutex> lock(state_->m);
+        pg::detail::UniqueLock lock(state_->m);
         if (state_->released) return false;
         state_->released = true;
         state_->on_lost = nullptr;
         // An on_lost already running finishes first (unless it is the caller).
-        state_->running.wait_idle(lock);
+        state_->running.wait_idle(state_->m, lock);
         if (state_->lost) return false;
     }
     auto st = state_;
@@ -270,7 +276,7 @@ bool Permit::release() {
 void Permit::on_lost(std::function<void()> callback) {
     bool now;
     {
-        std::lock_guard<std::mutex> lock(state_->m);
+        pg::detail::MutexLock lock(state_->m);
         if (state_->released) return;
         now = state_->lost || SteadyClock::now() >= state_->deadline;
         state_->on_lost = std::move(callback);
@@ -282,7 +288,7 @@ void Permit::on_suspended(std::function<void(SteadyClock::time_point deadline)> 
     bool now;
     SteadyClock::time_point deadline;
     {
-        std::lock_guard<std::mutex> lock(state_->m);
+        pg::detail::MutexLock lock(state_->m);
         if (state_->released) return;
         now = state_->suspended && state_->live_locked();
         deadline = state_->deadline;
@@ -292,7 +298,7 @@ void Permit::on_suspended(std::function<void(SteadyClock::time_point deadline)> 
 }
 
 void Permit::on_resumed(std::function<void()> callback) {
-    std::lock_guard<std::mutex> lock(state_->m);
+    pg::detail::MutexLock lock(state_->m);
     if (!state_->released) state_->on_resumed = std::move(callback);
 }
 
@@ -310,7 +316,7 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
         if (auto e = io_->setup_error()) std::rethrow_exception(e);
     auto st = std::make_shared<Permit::State>(
         io_, key, ttl, detail::lease_margin(ttl, options_.release_margin, options_.clock_drift_ppm));
-    SteadyClock::time_point sent;
+    SteadyClock::time_point sent, proven;
     const std::string& holder = holder_;
     bool granted = pg::detail::call<bool>(*io_, [&](pqxx::connection& c) {
         return io_->grant_in_session(st, [&](const pg::detail::SessionProof* session) {
@@ -331,12 +337,15 @@ std::optional<Permit> Semaphore::try_acquire(const std::string& key, int permits
             // its clock at the grant + ttl, and its clock read the request
             // after we sent it: sent + ttl never outlives the permit. Less
             // the margin either way, for a server clock that runs fast.
-            st->deadline = (session ? session->lease.transition_deadline() : sent + st->ttl) - st->margin;
+            proven = (session ? session->lease.transition_deadline() : sent + st->ttl) - st->margin;
+            // Under m: once kept by the session, its keepalives move it on.
+            pg::detail::MutexLock lock(st->m);
+            st->deadline = proven;
             return true;
         });
     }, "semaphore");
     if (!granted) return std::nullopt;
-    Permit::State::watch(st, st->deadline);
+    Permit::State::watch(st, proven);
     if (!st->in_session) Permit::State::schedule_refresh(st, sent + st->ttl / 3);
     return Permit(std::move(st));
 }

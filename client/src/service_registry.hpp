@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "service_core.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
@@ -24,7 +24,7 @@ public:
         if (!services_.insert(svc).second) return;
         by_mutex_[svc->mutex].insert(svc);
         ++leases_[svc->duration()];
-        std::lock_guard<std::mutex> lock(names_m_);
+        MutexLock lock(names_m_);
         ++names_[svc->mutex];
     }
     void remove(const ServicePtr& svc) {
@@ -36,7 +36,7 @@ public:
         }
         auto lease = leases_.find(svc->duration());
         if (lease != leases_.end() && --lease->second == 0) leases_.erase(lease);
-        std::lock_guard<std::mutex> lock(names_m_);
+        MutexLock lock(names_m_);
         if (--names_[svc->mutex] == 0) names_.erase(svc->mutex);
     }
 
@@ -56,11 +56,17 @@ public:
     /// Keeps in `names` those some running service contends for. Without
     /// io_m: most releases are of mutexes nobody here waits for (our own
     /// included), and those must never hold up a caller.
-    void keep_ours(std::vector<std::string>& names) const {
-        std::lock_guard<std::mutex> lock(names_m_);
-        names.erase(std::remove_if(names.begin(), names.end(),
-                                   [&](const std::string& n) { return names_.count(n) == 0; }),
-                    names.end());
+    void keep_ours(std::vector<std::string>& names) const EXCLUDES(names_m_) {
+        MutexLock lock(names_m_);
+        // remove_if by hand: a predicate lambda would read names_ where the
+        // analysis does not see the lock.
+        std::size_t kept = 0;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            if (names_.count(names[i]) == 0) continue;
+            if (kept != i) names[kept] = std::move(names[i]);
+            ++kept;
+        }
+        names.resize(kept);
     }
 
 private:
@@ -70,8 +76,8 @@ private:
     // timeout follows the shortest without a scan of every service.
     std::map<SteadyClock::duration, std::size_t> leases_;
     // Changed under io_m and names_m_, read under names_m_ alone.
-    mutable std::mutex names_m_;
-    std::unordered_map<std::string, int> names_;
+    mutable Mutex names_m_;
+    std::unordered_map<std::string, int> names_ GUARDED_BY(names_m_);
 };
 
 }  // namespace simba::pg::detail

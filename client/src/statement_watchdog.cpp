@@ -10,7 +10,7 @@
 namespace simba::pg::detail {
 
 void StatementWatchdog::begin(int fd, SteadyClock::time_point serves_until) {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     fd_ = fd;
     sent_ = SteadyClock::now();
     // A renewal sent with almost no lease left still gets 100 ms: cutting
@@ -20,7 +20,7 @@ void StatementWatchdog::begin(int fd, SteadyClock::time_point serves_until) {
 }
 
 void StatementWatchdog::end() {
-    std::lock_guard<std::mutex> lock(m_);
+    MutexLock lock(m_);
     fd_ = -1;
 }
 
@@ -32,7 +32,7 @@ void StatementWatchdog::arm_locked() {
 
 void StatementWatchdog::check(SteadyClock::time_point at) {
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (check_at_ == at) check_at_ = {};
         if (fd_ < 0) return;
         if (SteadyClock::now() < until_) {
@@ -46,7 +46,7 @@ void StatementWatchdog::check(SteadyClock::time_point at) {
 void StatementWatchdog::cut_overdue() {
     SteadyClock::duration allowed;
     {
-        std::lock_guard<std::mutex> lock(m_);
+        MutexLock lock(m_);
         if (fd_ < 0 || SteadyClock::now() < until_) return;
         // Shut down, not closed: the fd stays the I/O thread's to close.
         ::shutdown(fd_, SHUT_RDWR);

@@ -11,9 +11,9 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 
 #include "executor.hpp"
+#include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
 
@@ -45,21 +45,21 @@ public:
     /// Shuts down the socket of the statement in flight if it is past its
     /// deadline (for a thread that waits on the I/O thread where the queued
     /// check cannot run: the handle thread itself).
-    void cut_overdue();
+    void cut_overdue() EXCLUDES(m_);
 
 private:
-    void begin(int fd, SteadyClock::time_point serves_until);
-    void end();
-    void arm_locked();
-    void check(SteadyClock::time_point at);
+    void begin(int fd, SteadyClock::time_point serves_until) EXCLUDES(m_);
+    void end() EXCLUDES(m_);
+    void arm_locked() REQUIRES(m_);
+    void check(SteadyClock::time_point at) EXCLUDES(m_);
 
     Executor& executor_;
     std::function<SteadyClock::duration()> allowance_;
-    std::mutex m_;                      // guards the rest; order: before Executor's
-    int fd_ = -1;                       // socket of the statement in flight; -1: none
-    SteadyClock::time_point sent_{};    // when it was sent
-    SteadyClock::time_point until_{};   // its deadline
-    SteadyClock::time_point check_at_{};  // a check is queued for then ({}: none)
+    Mutex m_;  // taken before the Executor's own (arm_locked posts under it)
+    int fd_ GUARDED_BY(m_) = -1;                       // socket of the statement in flight; -1: none
+    SteadyClock::time_point sent_ GUARDED_BY(m_) = {};    // when it was sent
+    SteadyClock::time_point until_ GUARDED_BY(m_) = {};   // its deadline
+    SteadyClock::time_point check_at_ GUARDED_BY(m_) = {};  // a check is queued for then ({}: none)
 };
 
 }  // namespace simba::pg::detail

@@ -1,0 +1,26 @@
+// Deliberately wrong (test/thread-safety/run.sh): compiled with the library's
+// own flags, it must draw both warnings, or the check has lost its flags.
+#include "../../client/src/thread_annotations.hpp"
+
+namespace {
+
+class Counter {
+public:
+    void bump() { ++n_; }      // writes n_ without m_
+    void reset() { zero(); }   // calls a REQUIRES(m_) helper without m_
+
+private:
+    void zero() REQUIRES(m_) { n_ = 0; }
+
+    simba::detail::Mutex m_;
+    int n_ GUARDED_BY(m_) = 0;
+};
+
+}  // namespace
+
+int simba_thread_safety_canary() {
+    Counter c;
+    c.bump();
+    c.reset();
+    return 0;
+}
