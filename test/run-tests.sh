@@ -131,6 +131,11 @@ built client "$client_build" && client=yes
 # build, even a niced one, it took twice its 5 minutes. It leaves the build
 # directory alone.
 run_pg_suite valgrind env SIMBA_VALGRIND_SKIP=upgrade SIMBA_VALGRIND_ORIGINS=no test/valgrind/run.sh
+# make install into staging directories (never / or /usr/local): what it
+# installs, a C++20 program built with pkg-config and one with
+# find_package(simba-client) against those files, each holding a mutex here,
+# the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s)
+if [ $client = yes ]; then run_pg_suite install test/install/run.sh; fi
 
 # Runs a command that ends in ctest, echoing its output; counts ctest's
 # closing "N tests failed out of M" line (one failure if there is none).
@@ -153,12 +158,6 @@ DEB_CXXFLAGS_APPEND=-g1 nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$
 # and the library built by clang with its lock annotations checked
 # (test/thread-safety/run.sh: a warning fails it), as niced
 bg_suite thread-safety nice -n 19 test/thread-safety/run.sh
-# make install into staging directories (never / or /usr/local): what it
-# installs, a C++20 program built with pkg-config and one with
-# find_package(simba-client) against those files, each holding a mutex here,
-# the build without CLI11 and nlohmann-json, and when ldconfig runs (30 s
-# alone), niced beside ctest too: mostly compiling, its names its own
-if [ $client = yes ]; then bg_suite install nice -n 19 test/install/run.sh; fi
 # C++: client (unit, integration, examples), TCK, SQL fuzzer: three at once
 # (most wait on leases, and each test keeps to its own database, names, roles
 # or cluster; the longest start first: COST).
@@ -177,7 +176,6 @@ if [ $client = yes ]; then
     --timeout 300 -j3 -L '^(pg|tck)$' -E '^(pg\.(always|HundredThousandServices)|tck\.conformance\.pgbouncer)$'
 fi
 bg_suite_done thread-safety
-if [ $client = yes ]; then bg_suite_done install; fi
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on
 # a cluster of their own (make tsan)
 if built tsan "$tsan_build"; then run_ctest_suite tsan test/tsan/run.sh; fi
