@@ -32,7 +32,7 @@ void Contention::start(const ServicePtr& svc, bool here) {
     svc->io_active = true;
     svc->last = MutexOwner::none(svc->mutex);
     registry_.add(svc);
-    if (options_.sessions) sessions_.join(svc);
+    sessions_.join(svc);
     update_statement_timeout();
     if (here && conn_.up())
         attempt(svc);
@@ -48,7 +48,7 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
         svc->next_at = SteadyClock::time_point::max();
         registry_.remove(svc);
         register_wait(svc, false);
-        if (options_.sessions) sessions_.leave(svc);
+        sessions_.leave(svc);
         // Including when a grant's reply was lost: contenders then need not
         // wait a lease out.
         // A fair waiter's place in the queue is withdrawn the same way.
@@ -105,47 +105,15 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
 }
 
 void Contention::owe(std::function<void(pqxx::connection&)> pay, std::string what) {
-    log(LogLevel::warning, what + " failed: sent again once it can be");
-    owed_.push_back({std::move(pay), std::move(what), SteadyClock::time_point{}});
-}
-
-/// Sends the releases owed whose turn has come; one that fails waits a
-/// retry delay (all of them, if the connection was lost).
-void Contention::pay_owed(SteadyClock::time_point now) {
-    for (auto it = owed_.begin(); it != owed_.end() && conn_.up();) {
-        if (it->at > now) {
-            ++it;
-            continue;
-        }
-        try {
-            it->pay(conn_.stmt());  // under the statement watchdog, as every statement
-            conn_.statement_ok();
-            log(LogLevel::info, it->what + ": sent");
-            it = owed_.erase(it);
-        } catch (const std::exception& e) {
-            if (conn_.statement_failed(e, it->what)) return;
-            it->at = now + options_.retry_delay;
-            ++it;
-        }
-    }
+    owed_.owe(std::move(pay), std::move(what));
 }
 
 bool Contention::unfinished() {
     if (!owed_.empty() || !registry_.all().empty()) return true;
-    for (auto& [key, l] : sessions_.all())
-        if (l.is_open()) return true;
-    return false;
+    return sessions_.any_open();
 }
 
-void Contention::pay_owed_at_exit() {
-    for (auto& o : owed_) o.at = {};
-    pay_owed(SteadyClock::now());
-    for (auto& o : owed_)
-        log(LogLevel::error, o.what + ": not sent before the factory shut down (" +
-                                 (conn_.up() ? "it failed; its session's close releases it)"
-                                             : "no connection; it lapses with its session on the server)"));
-    owed_.clear();
-}
+void Contention::pay_owed_at_exit() { owed_.pay_all_at_exit(conn_); }
 
 /// Releases `owners` by id, one statement per kReleaseBatchMax of them, in
 /// mutex order (as batched acquires lock rows: two processes' statements
@@ -215,8 +183,8 @@ bool Contention::give_back(const ServicePtr& svc) {
 }
 
 void Contention::run_due(SteadyClock::time_point now) {
-    if (!owed_.empty()) pay_owed(now);
-    while (auto* l = conn_.up() ? sessions_.due(now) : nullptr) keepalive(*l);
+    if (!owed_.empty()) owed_.pay_due(conn_, now);
+    sessions_.keep_due(now);
     if (!conn_.up() || queue_.next_due() > now) return;
     auto batch = queue_.due_batch(now, options_.batch_window, static_cast<std::size_t>(options_.batch_max));
     batch.erase(std::remove_if(batch.begin(), batch.end(), [this](const ServicePtr& s) { return rearm(s); }),
@@ -231,25 +199,6 @@ void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
 }
 
 // ---------------------------------------------------------------- sessions
-
-/// The session `svc` attempts under, opened first if none is (a statement of
-/// its own): its id, or nullptr without sessions. Throws what the open throws.
-const char* Contention::session_for(const ServicePtr& svc) {
-    if (!options_.sessions) return nullptr;
-    auto& l = sessions_.of(*svc);
-    if (!l.is_open()) {
-        auto watch = watchdog_.watch(conn_.stmt().sock());
-        open(l);
-    }
-    svc->session = l.proof.id;
-    return svc->session.c_str();
-}
-
-void Contention::open(SessionLease& l) {
-    metrics_.count_session_statement();
-    Sessions::open(conn_.stmt(), l);
-    log(LogLevel::debug, "opened session " + l.proof.id);
-}
 
 /// A tenure under a session lives by the session's keepalives, not by
 /// attempts of its own: its timer only moves on to the tenure's deadline.
@@ -268,132 +217,6 @@ bool Contention::rearm(const ServicePtr& svc) {
     return true;
 }
 
-/// One keepalive renews every tenure under the session. A session no
-/// running service uses is closed instead.
-void Contention::keepalive(SessionLease& l) {
-    if (l.unused()) return close_session(l, "nothing is held under it");
-    metrics_.count_session_statement();
-    try {
-        bool revoked;
-        {
-            // A keepalive still in flight at the session's proven end proves
-            // nothing more (as a renewal); one sent after it must still be
-            // answered (SB004, or a session the server kept longer).
-            const auto end = l.end();
-            auto watch = watchdog_.watch(conn_.stmt().sock(),
-                                         end > SteadyClock::now() ? end : SteadyClock::time_point::max());
-            revoked = Sessions::keepalive(conn_.stmt(), l);
-        }
-        conn_.statement_ok();
-        const auto now = SteadyClock::now();
-        for (auto& s : l.members) {
-            if (s->session != l.proof.id || !events_.keepalive(s, l.proof.lease) || !revoked) continue;
-            s->verify = true;  // an admin took one of the session's tenures: each holder checks its own
-            schedule(s, now);
-        }
-        // A copy: a holder may leave the session from here.
-        for (auto& h : std::vector<HolderPtr>(l.holders.begin(), l.holders.end())) {
-            h->kept(l.proof.lease);
-            if (revoked) h->revoked();
-        }
-    } catch (const std::exception& e) {
-        if (conn_.statement_failed(e, "keepalive of session " + l.proof.id)) return;  // due again on reconnect
-        if (sqlstate_of(e) == "SB004") return session_ended(l);
-        suspend(l);
-        const auto quarter = std::chrono::duration_cast<milliseconds>(l.ttl / 4);
-        l.next_at = SteadyClock::now() + std::max(milliseconds(10), std::min(options_.retry_delay, quarter));
-    }
-}
-
-/// The server says the session has ended (SB004): nothing under it is held
-/// any more. Its tenures end now; its services contend again (a single
-/// tenure's is over), under a new session.
-void Contention::session_ended(SessionLease& l) {
-    const auto id = Sessions::forget(l);
-    log(LogLevel::warning, "session " + id + " has ended on the server: its tenures and permits are lost");
-    end_holders(l, "its session ended on the server");
-    const auto now = SteadyClock::now();
-    for (auto& s : l.members) {
-        if (s->session != id) continue;
-        s->session.clear();
-        if (s->last.is_owner(s->id)) {
-            const MutexOwner prev = std::exchange(s->last, MutexOwner::none(s->mutex, now));
-            events_.apply(s, prev, s->last);
-        }
-        schedule(s, now);
-    }
-}
-
-void Contention::close_session(SessionLease& l, const char* why) {
-    const auto id = l.proof.id;
-    try {
-        metrics_.count_session_statement();
-        auto watch = watchdog_.watch(conn_.stmt().sock());
-        Sessions::close(conn_.stmt(), l);
-        conn_.statement_ok();
-        log(LogLevel::debug, "closed session " + id + ": " + why);
-    } catch (const std::exception& e) {
-        // It ends on the server at its deadline anyway.
-        conn_.statement_failed(e, "close of session " + id);
-    }
-}
-
-void Contention::close_sessions() {
-    for (auto& [key, l] : sessions_.all()) {
-        end_holders(l, "the factory shut down");
-        if (!l.is_open()) continue;
-        // Each tenure ends here before the close can hand it to a waiter
-        // (as stop() does): the rows stop() would release go with the session.
-        for (auto& s : l.members) {
-            if (s->session != l.proof.id) continue;
-            events_.end_locally(s);
-            s->last = MutexOwner::none(s->mutex);
-            s->unknown = false;
-        }
-        if (conn_.up())
-            close_session(l, "the factory shuts down");
-        else
-            log(LogLevel::error, "session " + l.proof.id +
-                                     " not closed at shutdown (no connection): what it holds lapses at its end");
-    }
-}
-
-/// A keepalive of `l` failed: what is held under it is suspended until one
-/// gets through (or ends at its deadline).
-void Contention::suspend(SessionLease& l) {
-    for (auto& s : l.members)
-        if (s->session == l.proof.id) events_.suspend(s);
-    for (auto& h : l.holders) h->keepalive_failed();
-}
-
-void Contention::end_holders(SessionLease& l, const char* why) {
-    for (auto& h : std::exchange(l.holders, {})) h->ended(why);
-}
-
-// ----------------------------------------------------------------- permits
-
-bool Contention::grant_in_session(const HolderPtr& holder, const std::function<bool(const SessionProof*)>& grant) {
-    if (!options_.sessions) return grant(nullptr);
-    auto& l = sessions_.of(holder->ttl, holder->transition);
-    for (int tries = 0;; ++tries) {
-        if (!l.is_open()) open(l);  // watched by the caller (Io::run)
-        try {
-            if (!grant(&l.proof)) return false;
-        } catch (const std::exception& e) {
-            // Its session ended before the grant: once more under a new one.
-            if (tries > 0 || sqlstate_of(e) != "SB004") throw;
-            session_ended(l);
-            continue;
-        }
-        l.holders.insert(holder);
-        return true;
-    }
-}
-
-void Contention::leave(const HolderPtr& holder) {
-    sessions_.of(holder->ttl, holder->transition).holders.erase(holder);
-}
-
 void Contention::setup_failed(const std::exception_ptr& error) {
     for (auto& s : registry_.all()) {
         std::lock_guard<std::mutex> lock(s->m);
@@ -403,8 +226,7 @@ void Contention::setup_failed(const std::exception_ptr& error) {
 
 void Contention::connection_lost() {
     for (auto& s : registry_.all()) events_.suspend(s);
-    for (auto& [key, l] : sessions_.all())
-        for (auto& h : l.holders) h->keepalive_failed();
+    sessions_.connection_lost();
 }
 
 void Contention::notified(const std::vector<std::string>& names, bool waiters_only) {
@@ -562,7 +384,7 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
     if (next.finished) return;  // a single tenure ended: nothing until restarted
     svc->verify = false;
     try {
-        const char* session = next.renew_fence ? nullptr : session_for(svc);
+        const char* session = next.renew_fence ? nullptr : sessions_.session_for(svc);
         auto anchor = SteadyClock::now();
         metrics_.count_statement(1);
         auto watch = watchdog_.watch(conn_.stmt().sock(), serves_until(svc, renewing));
@@ -587,8 +409,7 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
             return;               // all services attempt again on reconnect
         }
         if (sqlstate_of(e) == "SB004") {  // its session ended before the attempt
-            auto& l = sessions_.of(*svc);
-            if (l.is_open() && l.proof.id == svc->session) session_ended(l);
+            sessions_.ended_under(svc);
             schedule(svc, SteadyClock::now());
             return;
         }
@@ -637,7 +458,7 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
         std::string sessions = "{";
         for (auto& s : batch) {
             s->verify = false;
-            const char* id = session_for(s);
+            const char* id = sessions_.session_for(s);
             if (sessions.size() > 1) sessions += ',';
             sessions += id ? id : "NULL";
         }

@@ -4,6 +4,7 @@
 // early attempts. I/O state: every call holds the factory's io_m.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -12,9 +13,10 @@
 #include "attempt_queue.hpp"
 #include "connections.hpp"
 #include "factory_metrics.hpp"
+#include "owed_releases.hpp"
 #include "service_events.hpp"
 #include "service_registry.hpp"
-#include "sessions.hpp"
+#include "session_keeper.hpp"
 #include "simba/factory.hpp"
 #include "statement_watchdog.hpp"
 
@@ -24,7 +26,9 @@ class Contention {
 public:
     Contention(const FactoryOptions& options, Connections& connections, ServiceEvents& events,
                FactoryMetrics& metrics, StatementWatchdog& watchdog)
-        : options_(options), conn_(connections), events_(events), metrics_(metrics), watchdog_(watchdog) {}
+        : options_(options), conn_(connections), events_(events), metrics_(metrics), watchdog_(watchdog),
+          sessions_(options, connections, events, metrics, watchdog,
+                    [this](const ServicePtr& svc, SteadyClock::time_point at) { schedule(svc, at); }) {}
 
     /// Starts `svc`: its first attempt now, on this thread if `here`, else
     /// from the queue.
@@ -51,13 +55,8 @@ public:
     void woken(const std::vector<std::string>& channels);
     /// Connecting failed with a setup mistake: when_owner() callbacks hear it.
     void setup_failed(const std::exception_ptr& error);
-    /// Shutdown: every session is closed, one statement each releasing all
-    /// it holds; its services' tenures end here first.
-    void close_sessions();
-    /// A permit's grant (detail::Io::grant_in_session).
-    bool grant_in_session(const HolderPtr& holder, const std::function<bool(const SessionProof*)>& grant);
-    /// `holder`'s permit is no longer held: its session no longer keeps it.
-    void leave(const HolderPtr& holder);
+    /// The factory's sessions (grants in a session, shutdown's closes).
+    SessionKeeper& sessions() { return sessions_; }
     /// A release that failed for something a session may hold (the
     /// session's keepalives would keep it for good): `pay` sends it again
     /// (throwing what its statement throws) until it succeeds.
@@ -71,9 +70,7 @@ public:
     void pay_owed_at_exit();
     /// When the next attempt, keepalive or owed release is due.
     SteadyClock::time_point next_due() {
-        auto at = std::min(queue_.next_due(), sessions_.next_due());
-        for (const auto& o : owed_) at = std::min(at, o.at);
-        return at;
+        return std::min({queue_.next_due(), sessions_.next_due(), owed_.next_due()});
     }
 
     [[nodiscard]] const ServiceRegistry& registry() const { return registry_; }
@@ -96,15 +93,7 @@ private:
     std::vector<bool> release(std::vector<ServicePtr>& owners);
     std::chrono::milliseconds retry_delay(const ServicePtr& svc) const;
     void update_statement_timeout();
-    const char* session_for(const ServicePtr& svc);
-    void open(SessionLease& l);
     bool rearm(const ServicePtr& svc);
-    void keepalive(SessionLease& l);
-    void session_ended(SessionLease& l);
-    void close_session(SessionLease& l, const char* why);
-    void suspend(SessionLease& l);
-    void end_holders(SessionLease& l, const char* why);
-    void pay_owed(SteadyClock::time_point now);
     void listen_for(const ServicePtr& svc);
     void fair_reply(const ServicePtr& svc, const pqxx::row& row);
 
@@ -115,14 +104,9 @@ private:
     StatementWatchdog& watchdog_;
     AttemptQueue queue_;
     ServiceRegistry registry_;
-    Sessions sessions_;  // used with options_.sessions
+    SessionKeeper sessions_;
     std::unordered_map<std::string, ServicePtr> channels_;  // fair waiters by wake channel, while running
-    struct Owed {
-        std::function<void(pqxx::connection&)> pay;
-        std::string what;
-        SteadyClock::time_point at;  // not before
-    };
-    std::vector<Owed> owed_;
+    OwedReleases owed_{options_.retry_delay};
 };
 
 }  // namespace simba::pg::detail

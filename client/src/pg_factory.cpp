@@ -19,8 +19,8 @@
 // I/O thread holds it except while it sleeps in poll(), and a thread calling
 // start_and_wait() or stop() takes it to do that service's round trip
 // itself. ServiceCore::m guards a service's ownership state and pending
-// callbacks; the Executor's mutex its queues; Core::cmd_m the command
-// queue; the StatementWatchdog's the statement in flight; FactoryMetrics'
+// callbacks; the Executor's mutex its queues; CommandQueue's the command
+// queue; HolderIds' the ids alive; the StatementWatchdog's the statement in flight; FactoryMetrics'
 // the services behind the gauges; ServiceRegistry's names_m the NOTIFY
 // filter; NotifySubscribers' the lockers' NOTIFY callbacks (a leaf: no
 // callback runs under it); Connections' state_m connected(). Lock order: io_m ->
@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -44,11 +43,14 @@
 #include <vector>
 
 #include "attempt_queue.hpp"
+#include "command_queue.hpp"
 #include "connections.hpp"
 #include "conninfo.hpp"
 #include "contention.hpp"
 #include "executor.hpp"
 #include "factory_metrics.hpp"
+#include "factory_options.hpp"
+#include "holder_ids.hpp"
 #include "notify_counts.hpp"
 #include "pg_io.hpp"
 #include "service_events.hpp"
@@ -79,39 +81,13 @@ struct ContendServiceFactory::Core final : detail::Io {
         io = std::thread([this] { io_main(); });
     }
 
-    static FactoryOptions validated(FactoryOptions o) {
-        if (o.batch_max < 1 || o.batch_max > 10000)
-            throw InvalidArgumentError("batch_max must be between 1 and 10000", "22023");
-        if (o.batch_window.count() < 0) throw InvalidArgumentError("batch_window must not be negative", "22023");
-        if (o.lock_timeout.count() < 0) throw InvalidArgumentError("lock_timeout must not be negative", "22023");
-        if (o.connect_timeout.count() < 0) throw InvalidArgumentError("connect_timeout must not be negative", "22023");
-        if (o.keepalives_idle.count() < 0) throw InvalidArgumentError("keepalives_idle must not be negative", "22023");
-        if (o.keepalives_interval.count() < 0)
-            throw InvalidArgumentError("keepalives_interval must not be negative", "22023");
-        if (o.tcp_user_timeout.count() < 0)
-            throw InvalidArgumentError("tcp_user_timeout must not be negative", "22023");
-        if (o.listen_ping_interval.count() <= 0)
-            throw InvalidArgumentError("listen_ping_interval must be positive", "22023");
-        if (o.notify_min_interval.count() <= 0)
-            throw InvalidArgumentError("notify_min_interval must be positive", "22023");
-        if (o.shutdown_timeout.count() < 0)
-            throw InvalidArgumentError("shutdown_timeout must not be negative", "22023");
-        if (o.announced_lapse_poll.count() <= 0)
-            throw InvalidArgumentError("announced_lapse_poll must be positive", "22023");
-        return o;
-    }
-
     ~Core() override {
         shutdown();
         if (wake_fd >= 0) ::close(wake_fd);
     }
 
     void shutdown() {
-        {
-            std::lock_guard<std::mutex> lock(cmd_m);
-            if (quit) return;
-            quit = true;
-        }
+        if (!commands.quit()) return;
         wake();
         if (io.joinable()) io.join();
         executor.shutdown();
@@ -120,12 +96,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     // ------------------------------------------------ thread-safe entry points
 
     bool post_io(std::function<void()> fn) {
-        {
-            std::lock_guard<std::mutex> lock(cmd_m);
-            if (closed) return false;
-            commands.push_back(std::move(fn));
-            open_stop.reset();
-        }
+        if (!commands.post(std::move(fn))) return false;
         wake();
         return true;
     }
@@ -135,20 +106,10 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// kReleaseBatchMax): Lockers destroyed in a row release together.
     bool post_stop(const std::vector<ServicePtr>& svcs) {
         for (auto& svc : svcs) metrics.keep(svc);  // their releases count in their cells
-        bool posted = false;
-        {
-            std::lock_guard<std::mutex> lock(cmd_m);
-            if ((posted = !closed)) {
-                if (!open_stop) {
-                    open_stop = std::make_shared<std::vector<ServicePtr>>();
-                    commands.push_back([this, stops = open_stop] {
-                        contention.stop(*stops);
-                        for (auto& svc : *stops) metrics.let_go(svc);
-                    });
-                }
-                open_stop->insert(open_stop->end(), svcs.begin(), svcs.end());
-            }
-        }
+        const bool posted = commands.post_stop(svcs, [this](const std::vector<ServicePtr>& stops) {
+            contention.stop(stops);
+            for (auto& svc : stops) metrics.let_go(svc);
+        });
         if (!posted) {
             for (auto& svc : svcs) metrics.let_go(svc);
             return false;
@@ -188,13 +149,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void run_commands() {
-        std::deque<std::function<void()>> batch;
-        {
-            std::lock_guard<std::mutex> lock(cmd_m);
-            batch.swap(commands);
-            open_stop.reset();
-        }
-        for (auto& fn : batch) fn();
+        for (auto& fn : commands.take()) fn();
     }
 
     /// Stops `svcs` (each STOPPING): their tenures end here, one statement
@@ -259,11 +214,11 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
                           const std::function<bool(const SessionProof*)>& grant) override {
-        return contention.grant_in_session(holder, grant);
+        return contention.sessions().grant_in_session(holder, grant);
     }
 
     void leave_session(std::shared_ptr<SessionHolder> holder) override {
-        post_io([this, holder = std::move(holder)] { contention.leave(holder); });
+        post_io([this, holder = std::move(holder)] { contention.sessions().leave(holder); });
     }
 
     bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
@@ -311,20 +266,10 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     void reserve_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
-        std::lock_guard<std::mutex> lock(ids_m);
-        auto& taken = kind == Names::rwlock ? rwlock_ids : ids;
-        for (auto& n : names)
-            if (taken.count({n, id}))
-                throw IllegalStateError("this factory already has a holder of " +
-                                        std::string(kind == Names::rwlock ? "read-write lock " : "mutex ") + n +
-                                        " with contender id " + id +
-                                        ": contender ids must be unique (one id is one holder to the server)");
-        for (auto& n : names) taken.emplace(n, id);
+        ids.reserve(kind, names, id);
     }
     void release_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
-        std::lock_guard<std::mutex> lock(ids_m);
-        auto& taken = kind == Names::rwlock ? rwlock_ids : ids;
-        for (auto& n : names) taken.erase({n, id});
+        ids.release(kind, names, id);
     }
 
     // ------------------------------------------------------------ I/O thread
@@ -377,10 +322,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (connections.up() && !woken.empty()) contention.woken(woken);
             woken.clear();
             run_commands();
-            {
-                std::lock_guard<std::mutex> cmd(cmd_m);
-                if (quit) break;
-            }
+            if (commands.quitting()) break;
             tasks.run_due();
             notice_loss();
             now = SteadyClock::now();
@@ -402,13 +344,10 @@ struct ContendServiceFactory::Core final : detail::Io {
         }
         // Shutdown: close the sessions (one statement each releases what is
         // held under it), stop services still running, then close.
-        {
-            std::lock_guard<std::mutex> cmd(cmd_m);
-            closed = true;
-        }
+        commands.close();
         run_commands();
         deliver_before_exit(lock);
-        contention.close_sessions();
+        contention.sessions().close_sessions();
         contention.stop({contention.registry().all().begin(), contention.registry().all().end()});
         connections.drop();
         io_done = true;
@@ -496,18 +435,8 @@ struct ContendServiceFactory::Core final : detail::Io {
     NotifySubscribers subscribers;  // detail::Io::subscribe
     bool heard = false;             // I/O thread: subscribers heard a NOTIFY, to run
 
-    // (name, contender id) of every holder alive (detail::Io::reserve_ids):
-    // services, Lockers and MultiLockers' mutexes; SharedLockers' rwlocks.
-    std::mutex ids_m;
-    std::set<std::pair<std::string, std::string>> ids;
-    std::set<std::pair<std::string, std::string>> rwlock_ids;
-
-    // Commands from other threads.
-    std::mutex cmd_m;
-    std::deque<std::function<void()>> commands;
-    std::shared_ptr<std::vector<ServicePtr>> open_stop;  // the last command's, while it is a stop (post_stop)
-    bool quit = false;
-    bool closed = false;
+    HolderIds ids;          // detail::Io::reserve_ids
+    CommandQueue commands;  // from other threads
     int wake_fd = -1;
 
     // The I/O thread holds io_m except while it sleeps in poll(); a

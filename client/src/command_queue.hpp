@@ -1,0 +1,77 @@
+// simba client (internal): CommandQueue, what other threads ask of a
+// factory's I/O thread (start a service, run a statement, stop services),
+// run in the order posted. Stops posted one after another, with no other
+// command between them, run as one (Lockers destroyed in a row release in
+// one statement). The queue closes as the I/O thread exits: nothing posted
+// after that runs.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "service_core.hpp"
+#include "thread_annotations.hpp"
+
+namespace simba::pg::detail {
+
+class CommandQueue {
+public:
+    using Command = std::function<void()>;
+    using StopAll = std::function<void(const std::vector<ServicePtr>&)>;
+
+    /// False once closed (the command will never run).
+    bool post(Command fn) EXCLUDES(m_) {
+        MutexLock lock(m_);
+        if (closed_) return false;
+        commands_.push_back(std::move(fn));
+        open_stop_.reset();
+        return true;
+    }
+
+    /// Joins the stop posted last if nothing came after it, else posts
+    /// `stop_all` of these services and whichever join it. False once closed.
+    bool post_stop(const std::vector<ServicePtr>& svcs, StopAll stop_all) EXCLUDES(m_) {
+        MutexLock lock(m_);
+        if (closed_) return false;
+        if (!open_stop_) {
+            open_stop_ = std::make_shared<std::vector<ServicePtr>>();
+            commands_.push_back([stops = open_stop_, stop_all = std::move(stop_all)] { stop_all(*stops); });
+        }
+        open_stop_->insert(open_stop_->end(), svcs.begin(), svcs.end());
+        return true;
+    }
+
+    /// The commands posted so far, to run in order (on the I/O thread).
+    std::deque<Command> take() EXCLUDES(m_) {
+        MutexLock lock(m_);
+        open_stop_.reset();
+        return std::exchange(commands_, {});
+    }
+
+    /// Asks the I/O loop to end; false if it was asked already.
+    bool quit() EXCLUDES(m_) {
+        MutexLock lock(m_);
+        return !std::exchange(quit_, true);
+    }
+    [[nodiscard]] bool quitting() const EXCLUDES(m_) {
+        MutexLock lock(m_);
+        return quit_;
+    }
+    /// The I/O loop has ended: what is posted from now on is refused.
+    void close() EXCLUDES(m_) {
+        MutexLock lock(m_);
+        closed_ = true;
+    }
+
+private:
+    mutable Mutex m_;
+    std::deque<Command> commands_ GUARDED_BY(m_);
+    std::shared_ptr<std::vector<ServicePtr>> open_stop_ GUARDED_BY(m_);  // the last command's, while it is a stop
+    bool quit_ GUARDED_BY(m_) = false;
+    bool closed_ GUARDED_BY(m_) = false;
+};
+
+}  // namespace simba::pg::detail
