@@ -1,10 +1,15 @@
-// Unit tests of the CLI's pure parts (simba_cli_core, no server): --help
-// and `simba metrics`' text from rows.
+// Unit tests of the CLI's pure parts (simba_cli_core, no server): --help,
+// `simba metrics`' text from rows, simba run's options and margins, and what
+// it reports from the watchdog's page.
 #include <gtest/gtest.h>
 
 #include "cli.hpp"
 #include "metrics_text.hpp"
+#include "ownership.hpp"  // the library's lease_margin, which kill_margin must follow
 #include "prom_check.hpp"
+#include "run_plan.hpp"
+#include "simba/contend_period.hpp"
+#include "simba/errors.hpp"
 
 namespace {
 
@@ -119,6 +124,191 @@ TEST(ServerMetricsText, FamiliesInTheirOrderAndUnreadViewsSaid) {
     ASSERT_NE(said, std::string::npos) << with_stats;
     EXPECT_LT(with_stats.find("simba_history_enabled 0\n"), said);
     EXPECT_LT(said, with_stats.find("# TYPE simba_mutex_acquisitions_total counter"));
+}
+
+// ---------------------------------------------------------------- run options
+
+using simba::cli::Args;
+using simba::cli::KillReason;
+using simba::cli::parse_run_options;
+using simba::cli::UsageError;
+
+Args run_args() {
+    Args a;
+    a.mutex = "nightly";
+    a.contender = "me";
+    a.cmd = {"true"};
+    return a;
+}
+
+// The UsageError's text, or "" when none was thrown.
+std::string usage_error(const Args& a) {
+    try {
+        (void)parse_run_options(a);
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+
+TEST(RunOptions, Defaults) {
+    const auto o = parse_run_options(run_args());
+    EXPECT_EQ(o.mutex, "nightly");
+    EXPECT_EQ(o.contender, "me");
+    EXPECT_EQ(o.lease.ttl, 10s);
+    EXPECT_EQ(o.lease.transition, 6s);
+    EXPECT_FALSE(o.wait.has_value());  // forever
+    EXPECT_EQ(o.metrics_interval, 5s);
+    EXPECT_EQ(o.metrics_file, "");
+    EXPECT_EQ(o.margin, 508ms);         // 500 ms (a tenth of 16 s is more) + 500 ppm of 16 s
+    EXPECT_EQ(o.grace, 2s);             // a third of the 6 s renewal window
+    EXPECT_EQ(o.check_every, 100ms);    // a twentieth of the window, at most 100 ms
+    EXPECT_EQ(o.cmd, std::vector<std::string>{"true"});
+}
+
+TEST(RunOptions, ParsesWhatIsGiven) {
+    Args a = run_args();
+    a.ttl = "2s";
+    a.transition = "0";
+    a.wait = "1.5s";
+    a.metrics_interval = "250ms";
+    a.metrics_file = "/tmp/m.prom";
+    a.verbose = true;
+    const auto o = parse_run_options(a);
+    EXPECT_EQ(o.lease.ttl, 2s);
+    EXPECT_EQ(o.lease.transition, 0s);
+    EXPECT_EQ(o.wait, std::optional<std::chrono::microseconds>(1500ms));
+    EXPECT_EQ(o.metrics_interval, 250ms);
+    EXPECT_EQ(o.metrics_file, "/tmp/m.prom");
+    EXPECT_TRUE(o.verbose);
+    EXPECT_EQ(o.margin, 201ms);                            // a tenth of 2 s + 1 ms of drift
+    EXPECT_EQ(o.grace, std::chrono::microseconds(166666));  // a third of ttl / 4 (no transition)
+    EXPECT_EQ(o.check_every, 25ms);
+    a.wait = "forever";
+    EXPECT_FALSE(parse_run_options(a).wait.has_value());
+    a.wait = "0";
+    EXPECT_EQ(parse_run_options(a).wait, std::optional<std::chrono::microseconds>(0s));
+}
+
+TEST(RunOptions, UsageErrorsSayWhatIsWrong) {
+    Args a = run_args();
+    a.mutex.reset();
+    EXPECT_EQ(usage_error(a), "simba run: --mutex NAME is required");
+    a = run_args();
+    a.cmd.clear();
+    EXPECT_EQ(usage_error(a), "simba run: no command given: simba run --mutex NAME -- CMD [ARGS...]");
+    a = run_args();
+    a.ttl = "ten";
+    EXPECT_EQ(usage_error(a), "invalid --ttl \"ten\": use a duration like 10s, 500ms, 1.5s, 2m");
+    a = run_args();
+    a.metrics_interval = "0s";
+    EXPECT_EQ(usage_error(a), "--metrics-interval must be greater than 0");
+    a = run_args();
+    a.mutex = "";
+    EXPECT_THROW((void)parse_run_options(a), simba::InvalidArgumentError);
+}
+
+TEST(RunOptions, GraceMustFitBetweenTheFirstRenewalAndTheKill) {
+    Args a = run_args();
+    a.grace = "4.8s";  // at most 6 s - 508 ms - 600 ms = 4.892 s
+    EXPECT_EQ(parse_run_options(a).grace, 4800ms);
+    a.grace = "4.9s";
+    EXPECT_EQ(usage_error(a),
+              "--grace 4.9s does not fit in the lease: CMD gets SIGTERM --grace before the watchdog's SIGKILL, which "
+              "comes 508ms before the lease ends, and renewals start 6.0s before it (--transition, or a quarter of "
+              "ttl + transition if more); with a tenth of that left for renewing, --grace can be at most 4.9s: lower "
+              "--grace or raise --transition");
+}
+
+// ---------------------------------------------------------------- margins
+
+TEST(RunMargins, KillMarginIsTheLibrarysRuleWithHalfASecond) {
+    for (auto lease : {100ms, 1000ms, 16000ms, 300000ms, 7777000ms}) {
+        const auto want = simba::detail::lease_margin(lease, 500ms, 500);
+        EXPECT_EQ(simba::cli::kill_margin(lease, 500), want) << lease.count() << " ms";
+    }
+    EXPECT_EQ(simba::cli::kill_margin(300s, 500), 650ms);  // 500 ms + 150 ms of drift room
+    EXPECT_EQ(simba::cli::kill_margin(100ms, 0), 10ms);    // the fixed part is capped at a tenth
+}
+
+TEST(RunMargins, RenewalWindowIsWhenTheLibraryFirstRenews) {
+    const std::pair<std::chrono::seconds, std::chrono::seconds> cases[] = {{10s, 6s}, {10s, 0s}, {30s, 1s}, {1s, 5s}};
+    for (auto [ttl, transition] : cases) {
+        simba::ContendOptions c;
+        c.ttl = ttl;
+        c.transition = transition;
+        simba::MutexOwner owner;
+        owner.owner_id = "me";
+        owner.acquired_at = owner.current_at = simba::ServerTime(1000000);
+        owner.ttl_at = owner.acquired_at + ttl;
+        owner.transition_at = owner.ttl_at + transition;
+        const auto now = simba::SteadyClock::now();
+        owner.anchor = now;
+        const auto renew_at = now + simba::ContendPeriod::owner_delay(owner, now);
+        EXPECT_EQ(owner.transition_deadline() - renew_at, simba::cli::renewal_window(c))
+            << ttl.count() << " s + " << transition.count() << " s";
+    }
+}
+
+TEST(RunExit, CodeOfAWaitStatus) {
+    EXPECT_EQ(simba::cli::exit_code_of(3 << 8), 3);    // exited 3
+    EXPECT_EQ(simba::cli::exit_code_of(SIGKILL), 137);  // killed
+    EXPECT_EQ(simba::cli::exit_code_of(0x7f), simba::cli::software);  // stopped: neither
+}
+
+// ---------------------------------------------------------------- watchdog news
+
+struct NewsTest : ::testing::Test {
+    simba::cli::RunOptions o = parse_run_options(run_args());
+    simba::cli::WatchdogPage page;
+    simba::cli::WatchdogNews news{o, 42};
+    NewsTest() { page.cmd_pid.store(100); }
+};
+
+TEST_F(NewsTest, NothingBeforeTheWatchdogActs) { EXPECT_EQ(news.read(page), ""); }
+
+TEST_F(NewsTest, SigtermOncePerSending) {
+    page.term_sent_ns.store(5);
+    page.term_left_ns.store(2500000000);
+    const std::string said =
+        "simba run: renewals of nightly are failing: sent SIGTERM to true's processes 2.5s before the lease ends "
+        "(--grace 2.0s before the SIGKILL)\n";
+    EXPECT_EQ(news.read(page), said);
+    EXPECT_EQ(news.read(page), "");
+    page.term_sent_ns.store(9);  // a second SIGTERM after a renewal came in between
+    EXPECT_EQ(news.read(page), said);
+}
+
+TEST_F(NewsTest, KillSaysWhy) {
+    page.kill_sent_ns.store(7);
+    page.kill_left_ns.store(508000000);
+    page.kill_reason.store(static_cast<int>(KillReason::deadline));
+    EXPECT_EQ(news.read(page),
+              "simba run: no renewal of nightly (fence 42) came in time: killed (SIGKILL) true's processes 508ms "
+              "before the lease ends\n");
+    page.kill_sent_ns.store(8);
+    page.kill_reason.store(static_cast<int>(KillReason::lost));
+    EXPECT_EQ(news.read(page), "simba run: killed (SIGKILL) true's processes\n");
+    page.kill_sent_ns.store(9);
+    page.kill_reason.store(static_cast<int>(KillReason::orphaned));  // no one left to read it
+    EXPECT_EQ(news.read(page), "");
+}
+
+TEST_F(NewsTest, LingeringProcessesOnceAndNotAfterAKill) {
+    page.cmd_exited.store(1);
+    page.cmd_status.store(3 << 8);
+    EXPECT_EQ(news.read(page), "");  // nothing left behind: nothing to say
+    page.lingering.store(2);
+    EXPECT_EQ(news.read(page),
+              "simba run: true exited (status 3) and left 2 process(es) running: holding nightly until they exit\n");
+    EXPECT_EQ(news.read(page), "");
+}
+
+TEST_F(NewsTest, NothingWhenCmdCouldNotStart) {
+    page.cmd_pid.store(-12);  // -ENOMEM: run.cpp reports the fork failure
+    page.term_sent_ns.store(5);
+    EXPECT_EQ(news.read(page), "");
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+// simba run's pure parts (run.cpp has the processes, signals and the
+// service): its options checked into RunOptions, the margins the watchdog
+// keeps, and what to report from the watchdog's page. No I/O here, so the
+// unit tests (test/cli_unit_test.cpp) reach all of it without a server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "simba/clock.hpp"
+#include "simba/service.hpp"
+#include "watchdog.hpp"
+
+namespace simba::cli {
+
+/// How long before the proven lease end the watchdog SIGKILLs CMD
+/// (docs/design.md, "simba run"): the library's lease margin, min(fixed,
+/// lease / 10) + clock_drift_ppm of the lease, with a fixed part of 500 ms
+/// (time to wake and kill) for release_margin. The library keeps its rule
+/// internal (src/ownership.cpp, lease_margin), so the CLI, which links only
+/// its public ABI, says it again here; the unit tests hold the two equal.
+std::chrono::microseconds kill_margin(std::chrono::microseconds lease, int clock_drift_ppm);
+
+/// How long before the lease end the library first tries to renew:
+/// max(transition, lease / 4) (contend_period.hpp, the owner's delay).
+std::chrono::microseconds renewal_window(const ContendOptions& lease);
+
+/// simba run's command line, defaults applied and checked.
+struct RunOptions {
+    std::string mutex, contender;
+    ContendOptions lease;                           ///< --ttl, --transition
+    std::optional<std::chrono::microseconds> wait;  ///< nullopt: forever
+    std::chrono::microseconds metrics_interval{};
+    std::string metrics_file;                       ///< "": none
+    bool verbose = false;
+    std::vector<std::string> cmd;
+    std::chrono::microseconds margin{};  ///< kill_margin of the lease
+    std::chrono::microseconds grace{};   ///< SIGTERM this long before the SIGKILL
+    /// How often the lease end the library proves is passed to the watchdog.
+    SteadyClock::duration check_every{};
+};
+
+/// Throws UsageError (a missing or bad option, a --grace that does not fit
+/// the lease) or the library's InvalidArgumentError (mutex, contender id,
+/// ttl), in the order the options are checked.
+RunOptions parse_run_options(const Args& a);
+
+/// The exit code of a wait status: its exit status, 128 + a killing
+/// signal, else `software`.
+int exit_code_of(int wait_status);
+
+/// What the watchdog did, worded once each for stderr: it acts first and
+/// simba run reports after, from the page.
+class WatchdogNews {
+public:
+    WatchdogNews(const RunOptions& o, std::int64_t fence) : o_(o), fence_(fence) {}
+    /// The lines not said yet ("" when none).
+    std::string read(const WatchdogPage& page);
+
+private:
+    const RunOptions& o_;
+    std::int64_t fence_;
+    std::int64_t said_term_ = 0, said_kill_ = 0;
+    bool said_exit_ = false;
+};
+
+}  // namespace simba::cli
