@@ -104,4 +104,24 @@ std::string WatchdogNews::read(const WatchdogPage& page) {
     return out;
 }
 
+KeeperStep keeper_step(const KeeperView& v, std::chrono::nanoseconds margin, std::chrono::nanoseconds grace) {
+    const std::int64_t kill_at = v.lease_end - margin.count(), term_at = kill_at - grace.count();
+    KeeperStep s;
+    if (!v.killing)
+        s.begins = v.orphaned ? KillReason::orphaned
+                   : v.lease_gone ? KillReason::lost
+                   : v.now >= kill_at ? KillReason::deadline
+                                      : KillReason::none;
+    if (v.killing || s.begins != KillReason::none) {
+        s.action = KeeperStep::kill;
+        s.wake = v.now + 5000000;  // the killed ones' children are reparented to the watchdog: again
+    } else if (v.now >= term_at) {
+        s.action = KeeperStep::term;
+        s.wake = kill_at;
+    } else {
+        s.wake = term_at;
+    }
+    return s;
+}
+
 }  // namespace simba::cli

@@ -1,7 +1,8 @@
-// simba run's pure parts (run.cpp has the processes, signals and the
-// service): its options checked into RunOptions, the margins the watchdog
-// keeps, and what to report from the watchdog's page. No I/O here, so the
-// unit tests (test/cli_unit_test.cpp) reach all of it without a server.
+// simba run's pure parts (run.cpp and watchdog.cpp have the processes,
+// signals and the service): its options checked into RunOptions, the margins
+// the watchdog keeps, what to report from the watchdog's page, and the
+// watchdog's decision at each look at the lease. No I/O here, so the unit
+// tests (test/cli_unit_test.cpp) reach all of it without a server.
 #pragma once
 
 #include <chrono>
@@ -67,5 +68,24 @@ private:
     std::int64_t said_term_ = 0, said_kill_ = 0;
     bool said_exit_ = false;
 };
+
+/// What the watchdog sees at one look at the lease (CLOCK_BOOTTIME ns).
+struct KeeperView {
+    std::int64_t now = 0;
+    std::int64_t lease_end = 0;  ///< the latest end simba run proved
+    bool killing = false;        ///< a kill began at an earlier look: it never stops
+    bool orphaned = false;       ///< simba run died (its pipe closed)
+    bool lease_gone = false;     ///< simba run said the lease is gone (kill_now)
+};
+
+/// What the watchdog does at that look: SIGKILL at lease end - margin (or
+/// at once when orphaned or the lease is gone), SIGTERM from `grace` before
+/// that, else wait.
+struct KeeperStep {
+    enum Action { wait, term, kill } action = wait;
+    KillReason begins = KillReason::none;  ///< why, when a kill begins at this look
+    std::int64_t wake = 0;                 ///< when to look again
+};
+KeeperStep keeper_step(const KeeperView& v, std::chrono::nanoseconds margin, std::chrono::nanoseconds grace);
 
 }  // namespace simba::cli

@@ -1,6 +1,6 @@
 // Unit tests of the CLI's pure parts (simba_cli_core, no server): --help,
-// `simba metrics`' text from rows, simba run's options and margins, and what
-// it reports from the watchdog's page.
+// `simba metrics`' text from rows, simba run's options and margins, what it
+// reports from the watchdog's page, and the watchdog's decisions.
 #include <gtest/gtest.h>
 
 #include "cli.hpp"
@@ -309,6 +309,54 @@ TEST_F(NewsTest, NothingWhenCmdCouldNotStart) {
     page.cmd_pid.store(-12);  // -ENOMEM: run.cpp reports the fork failure
     page.term_sent_ns.store(5);
     EXPECT_EQ(news.read(page), "");
+}
+
+// ---------------------------------------------------------------- keeper
+
+using simba::cli::KeeperStep;
+
+constexpr std::chrono::nanoseconds margin = 500ms, grace = 2s;
+constexpr std::int64_t end = 100'000'000'000;  // the proven lease end
+constexpr std::int64_t kill_at = end - 500'000'000, term_at = kill_at - 2'000'000'000;
+
+KeeperStep step_at(std::int64_t now, bool killing = false, bool orphaned = false, bool lease_gone = false) {
+    return simba::cli::keeper_step({now, end, killing, orphaned, lease_gone}, margin, grace);
+}
+
+TEST(KeeperStep, WaitsUntilTheSigtermIsDue) {
+    const auto s = step_at(term_at - 1);
+    EXPECT_EQ(s.action, KeeperStep::wait);
+    EXPECT_EQ(s.begins, KillReason::none);
+    EXPECT_EQ(s.wake, term_at);
+}
+
+TEST(KeeperStep, SigtermFromGraceBeforeTheKill) {
+    for (auto now : {term_at, kill_at - 1}) {
+        const auto s = step_at(now);
+        EXPECT_EQ(s.action, KeeperStep::term);
+        EXPECT_EQ(s.begins, KillReason::none);
+        EXPECT_EQ(s.wake, kill_at);
+    }
+}
+
+TEST(KeeperStep, KillsAtTheMarginBeforeTheEnd) {
+    const auto s = step_at(kill_at);
+    EXPECT_EQ(s.action, KeeperStep::kill);
+    EXPECT_EQ(s.begins, KillReason::deadline);
+    EXPECT_EQ(s.wake, kill_at + 5'000'000);  // sweeps again for reparented children
+}
+
+TEST(KeeperStep, KillsAtOnceWhenOrphanedOrTheLeaseIsGone) {
+    EXPECT_EQ(step_at(0, false, true).begins, KillReason::orphaned);
+    EXPECT_EQ(step_at(0, false, false, true).begins, KillReason::lost);
+    EXPECT_EQ(step_at(0, false, true, true).begins, KillReason::orphaned);  // orphaned says more
+    EXPECT_EQ(step_at(0, false, false, true).action, KeeperStep::kill);
+}
+
+TEST(KeeperStep, AKillNeverStopsAndIsNotBegunTwice) {
+    const auto s = step_at(0, true);  // a renewal moved the end far ahead meanwhile
+    EXPECT_EQ(s.action, KeeperStep::kill);
+    EXPECT_EQ(s.begins, KillReason::none);
 }
 
 }  // namespace
