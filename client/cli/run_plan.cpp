@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ownership.hpp"  // client/src: lease_margin, inline
 #include "simba/contender_id.hpp"
 #include "simba/errors.hpp"
 
@@ -14,9 +15,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 microseconds kill_margin(microseconds lease, int clock_drift_ppm) {
-    // The drift part split so that lease * ppm cannot overflow.
-    return std::min<microseconds>(lease / 10, milliseconds(500)) +
-           microseconds(lease.count() / 1000000 * clock_drift_ppm + lease.count() % 1000000 * clock_drift_ppm / 1000000);
+    return duration_cast<microseconds>(detail::lease_margin(lease, milliseconds(500), clock_drift_ppm));
 }
 
 microseconds renewal_window(const ContendOptions& lease) {

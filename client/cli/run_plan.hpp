@@ -19,11 +19,10 @@
 namespace simba::cli {
 
 /// How long before the proven lease end the watchdog SIGKILLs CMD
-/// (docs/design.md, "simba run"): the library's lease margin, min(fixed,
-/// lease / 10) + clock_drift_ppm of the lease, with a fixed part of 500 ms
-/// (time to wake and kill) for release_margin. The library keeps its rule
-/// internal (src/ownership.cpp, lease_margin), so the CLI, which links only
-/// its public ABI, says it again here; the unit tests hold the two equal.
+/// (docs/design.md, "simba run"): the library's lease margin
+/// (src/ownership.hpp, lease_margin: min(fixed, lease / 10) +
+/// clock_drift_ppm of the lease) with a fixed part of 500 ms, time to wake
+/// and kill, where the library's own is release_margin.
 std::chrono::microseconds kill_margin(std::chrono::microseconds lease, int clock_drift_ppm);
 
 /// How long before the lease end the library first tries to renew:

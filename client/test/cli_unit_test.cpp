@@ -5,7 +5,6 @@
 
 #include "cli.hpp"
 #include "metrics_text.hpp"
-#include "ownership.hpp"  // the library's lease_margin, which kill_margin must follow
 #include "prom_check.hpp"
 #include "run_plan.hpp"
 #include "simba/contend_period.hpp"
@@ -151,7 +150,6 @@ std::string usage_error(const Args& a) {
     return "";
 }
 
-
 TEST(RunOptions, Defaults) {
     const auto o = parse_run_options(run_args());
     EXPECT_EQ(o.mutex, "nightly");
@@ -224,12 +222,12 @@ TEST(RunOptions, GraceMustFitBetweenTheFirstRenewalAndTheKill) {
 // ---------------------------------------------------------------- margins
 
 TEST(RunMargins, KillMarginIsTheLibrarysRuleWithHalfASecond) {
-    for (auto lease : {100ms, 1000ms, 16000ms, 300000ms, 7777000ms}) {
-        const auto want = simba::detail::lease_margin(lease, 500ms, 500);
-        EXPECT_EQ(simba::cli::kill_margin(lease, 500), want) << lease.count() << " ms";
-    }
-    EXPECT_EQ(simba::cli::kill_margin(300s, 500), 650ms);  // 500 ms + 150 ms of drift room
-    EXPECT_EQ(simba::cli::kill_margin(100ms, 0), 10ms);    // the fixed part is capped at a tenth
+    using std::chrono::microseconds;
+    EXPECT_EQ(simba::cli::kill_margin(16s, 500), 508ms);                  // 500 ms + 500 ppm of 16 s
+    EXPECT_EQ(simba::cli::kill_margin(300s, 500), 650ms);                 // 500 ms + 150 ms of drift room
+    EXPECT_EQ(simba::cli::kill_margin(1s, 500), microseconds(100500));    // a tenth of 1 s + 500 µs
+    EXPECT_EQ(simba::cli::kill_margin(100ms, 0), 10ms);                   // the fixed part is capped at a tenth
+    EXPECT_EQ(simba::cli::kill_margin(7777s, 500), 500ms + microseconds(3888500));
 }
 
 TEST(RunMargins, RenewalWindowIsWhenTheLibraryFirstRenews) {
