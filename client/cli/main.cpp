@@ -94,6 +94,33 @@ int usage_error(const std::string& command, const std::string& what) {
     return usage;
 }
 
+/// Runs the command; what it throws becomes its message on stderr and the exit code.
+int dispatch(const std::string& command, const Args& a) {
+    try {
+        if (command == "run") return cmd_run(a);
+        if (command == "status") return cmd_status(a);
+        if (command == "acquire") return cmd_acquire(a);
+        if (command == "release") return cmd_release(a);
+        if (command == "owner") return cmd_owner(a);
+        if (command == "top") return cmd_top(a);
+        return cmd_metrics(a);
+    } catch (const UsageError& e) {
+        std::string what = e.what();
+        // The commands' messages often name the command already.
+        const std::string named = "simba " + command + ": ";
+        if (what.rfind(named, 0) == 0) what.erase(0, named.size());
+        return usage_error(command, what);
+    } catch (const Failure& e) {
+        std::fprintf(stderr, "simba %s: %s\n", command.c_str(), e.what());
+        return e.code;
+    } catch (const simba::InvalidArgumentError& e) {
+        return usage_error(command, e.what());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "simba %s: %s\n", command.c_str(), e.what());
+        return software;
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,27 +181,5 @@ int main(int argc, char** argv) {
         std::fputs(help_for(""), stderr);
         return usage;
     }
-    try {
-        if (command == "run") return cmd_run(a);
-        if (command == "status") return cmd_status(a);
-        if (command == "acquire") return cmd_acquire(a);
-        if (command == "release") return cmd_release(a);
-        if (command == "owner") return cmd_owner(a);
-        if (command == "top") return cmd_top(a);
-        return cmd_metrics(a);
-    } catch (const UsageError& e) {
-        std::string what = e.what();
-        // The commands' messages often name the command already.
-        const std::string named = "simba " + command + ": ";
-        if (what.rfind(named, 0) == 0) what.erase(0, named.size());
-        return usage_error(command, what);
-    } catch (const Failure& e) {
-        std::fprintf(stderr, "simba %s: %s\n", command.c_str(), e.what());
-        return e.code;
-    } catch (const simba::InvalidArgumentError& e) {
-        return usage_error(command, e.what());
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "simba %s: %s\n", command.c_str(), e.what());
-        return software;
-    }
+    return dispatch(command, a);
 }
