@@ -16,7 +16,7 @@ if [ "${1:-}" != --suites ]; then
   # The build tree make test uses, configured once with the tests on.
   [ -f build/CMakeCache.txt ] ||
     cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON -DSIMBA_BUILD_TESTS=ON >/dev/null
-  cmake --build build -j2 --target simba_unit_tests simba_metrics_tests
+  cmake --build build -j2 --target simba_unit_tests simba_metrics_tests simba_cli_unit_tests
   SECONDS=0
   test/with-cluster.sh "$0" --suites && rc=0 || rc=$?
   echo "simba: make check's suites took $SECONDS s"

@@ -23,6 +23,7 @@
 #include <mutex>
 
 #include "cli.hpp"
+#include "run_plan.hpp"
 #include "simba/simba.hpp"
 #include "watchdog.hpp"
 
@@ -57,108 +58,52 @@ int wait_ms(SteadyClock::time_point until) {
     return static_cast<int>(std::max<long long>(0, std::min<long long>(d + 1, 1000)));
 }
 
-}  // namespace
-
-int cmd_run(const Args& a) {
-    if (!a.mutex) throw UsageError("simba run: --mutex NAME is required");
-    if (a.cmd.empty()) throw UsageError("simba run: no command given: simba run --mutex NAME -- CMD [ARGS...]");
-    const std::string mutex = *a.mutex;
-    const std::string id = a.contender ? *a.contender : ContenderId::host();
-    ContendOptions copts;
-    copts.ttl = parse_duration(a.ttl.value_or("10s"), "--ttl");
-    copts.transition = parse_duration(a.transition.value_or("6s"), "--transition");
-    std::optional<microseconds> wait;
-    if (a.wait && *a.wait != "forever") wait = parse_duration(*a.wait, "--wait");
-    const auto metrics_interval = parse_duration(a.metrics_interval.value_or("5s"), "--metrics-interval");
-    if (metrics_interval.count() <= 0) throw UsageError("--metrics-interval must be greater than 0");
-    const std::string metrics_file = a.metrics_file.value_or("");
-    const bool verbose = a.verbose;
-    validate_mutex(mutex);
-    validate_contender_id(id);
-    copts.validate();
-    // The watchdog kills CMD `margin` before the lease end it can prove: a
-    // tenth of the lease (at most 500 ms) for waking and killing, plus the
-    // library's bound on the server's clock running fast. SIGTERM goes out
-    // `grace` earlier; it must come after the first renewal attempt, which
-    // the library makes `window` before the lease end (contend_period.hpp),
-    // leaving a tenth of the window for a renewal to land.
-    const auto lease = copts.ttl + copts.transition;
-    const auto margin = std::min<microseconds>(lease / 10, milliseconds(500)) +
-                        microseconds(lease.count() / 1000000 * copts.clock_drift_ppm +
-                                     lease.count() % 1000000 * copts.clock_drift_ppm / 1000000);
-    const auto window = std::max<microseconds>(copts.transition, lease / 4);
-    const auto max_grace = window - margin - window / 10;
-    const auto grace = a.grace ? parse_duration(*a.grace, "--grace") : window / 3;
-    if (grace > max_grace)
-        throw UsageError("--grace " + format_duration(grace) + " does not fit in the lease: CMD gets SIGTERM --grace " +
-                         "before the watchdog's SIGKILL, which comes " + format_duration(margin) +
-                         " before the lease ends, and renewals start " + format_duration(window) +
-                         " before it (--transition, or a quarter of ttl + transition if more); with a tenth of that "
-                         "left for renewing, --grace can be at most " + format_duration(max_grace) +
-                         ": lower --grace or raise --transition");
-    // How often the lease end the library proves is passed to the watchdog.
-    const auto check_every = std::clamp<SteadyClock::duration>(window / 20, milliseconds(5), milliseconds(100));
-
-    // Signals: blocked before any thread exists, so the library's threads
-    // inherit the mask and every signal reaches the signalfd.
-    sigset_t handled, old_mask;
+// Signals: blocked before any thread exists, so the library's threads
+// inherit the mask and every signal reaches the signalfd. Returns it (< 0 on
+// failure); `old_mask` is the mask CMD starts with.
+int block_signals(sigset_t& old_mask) {
+    sigset_t handled;
     sigemptyset(&handled);
     const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
     for (int s : forwarded) sigaddset(&handled, s);
     sigaddset(&handled, SIGCHLD);
     pthread_sigmask(SIG_BLOCK, &handled, &old_mask);
-    const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
-    auto sh = std::make_shared<Shared>();
-    sh->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (sfd < 0 || sh->efd < 0) throw Failure(software, std::string("signalfd/eventfd: ") + std::strerror(errno));
+    return ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+}
 
-    set_log_handler([verbose](LogLevel level, const std::string& msg) {
-        if (level == LogLevel::debug || (level == LogLevel::info && !verbose)) return;
-        std::fprintf(stderr, "simba run: [%s] %s\n", to_string(level), msg.c_str());
-    });
-
-    // A first connection: a clear "could not connect" (69), missing
-    // extension (78) or privilege (77) before anything else; with --wait 0
-    // it also makes the one attempt.
-    {
-        auto conn = connect(a.dsn, "simba-run");
-        AnswerDeadline deadline(*conn);
-        try {
-            pqxx::nontransaction tx(*conn);
-            if (wait && wait->count() == 0) {
-                auto r = tx.exec_params(
-                    "SELECT " SIMBA_CLI_OWNER_ID ", fence, extract(epoch FROM transition_at - current_at)::float8"
-                    " FROM simba_acquire($1, $2, $3::interval, $4::interval)",
-                    mutex, id, to_interval(copts.ttl), to_interval(copts.transition));
-                if (r[0][0].is_null() || r[0][0].as<std::string>() != id) {
-                    std::fprintf(stderr, "simba run: %s is held by %s (others may take it in %s); not waiting (--wait 0)\n",
-                                 mutex.c_str(), r[0][0].c_str(),
-                                 format_duration(microseconds(static_cast<std::int64_t>(r[0][2].as<double>() * 1e6))).c_str());
-                    return busy;
-                }
-            } else {
-                tx.exec_params("SELECT simba_owner($1)", mutex);
+// A first connection: a clear "could not connect" (69), missing extension
+// (78) or privilege (77) before anything else; with --wait 0 it also makes
+// the one attempt. Returns `busy` when that attempt finds the mutex held.
+std::optional<int> check_server(const std::string& dsn, const RunOptions& o) {
+    auto conn = connect(dsn, "simba-run");
+    AnswerDeadline deadline(*conn);
+    try {
+        pqxx::nontransaction tx(*conn);
+        if (o.wait && o.wait->count() == 0) {
+            auto r = tx.exec_params(
+                "SELECT " SIMBA_CLI_OWNER_ID ", fence, extract(epoch FROM transition_at - current_at)::float8"
+                " FROM simba_acquire($1, $2, $3::interval, $4::interval)",
+                o.mutex, o.contender, to_interval(o.lease.ttl), to_interval(o.lease.transition));
+            if (r[0][0].is_null() || r[0][0].as<std::string>() != o.contender) {
+                std::fprintf(stderr, "simba run: %s is held by %s (others may take it in %s); not waiting (--wait 0)\n",
+                             o.mutex.c_str(), r[0][0].c_str(),
+                             format_duration(microseconds(static_cast<std::int64_t>(r[0][2].as<double>() * 1e6))).c_str());
+                return busy;
             }
-        } catch (const pqxx::failure& e) {
-            fail_sql(e, "simba_acquire");
+        } else {
+            tx.exec_params("SELECT simba_owner($1)", o.mutex);
         }
+    } catch (const pqxx::failure& e) {
+        fail_sql(e, "simba_acquire");
     }
+    return std::nullopt;
+}
 
-    // Forked now, while this process has a single thread (the factory below
-    // starts the library's); a subreaper, like the watchdog, so that what CMD
-    // leaves comes to us should the watchdog be killed.
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    WatchdogConfig wcfg;
-    wcfg.argv = a.cmd;
-    wcfg.mutex = mutex;
-    wcfg.contender = id;
-    wcfg.margin = margin;
-    wcfg.grace = grace;
-    wcfg.cmd_mask = old_mask;
-    auto wd = std::make_unique<Watchdog>(std::move(wcfg), std::vector<int>{sfd, sh->efd});
-
+// The contender whose callbacks only record the tenure in `sh` and wake the
+// main thread; failing renewals are worth a line before the loss they may become.
+std::shared_ptr<FunctionContender> make_contender(const std::shared_ptr<Shared>& sh, const RunOptions& o) {
     auto contender = std::make_shared<FunctionContender>(
-        mutex,
+        o.mutex,
         [sh](const MutexState& st) {
             std::lock_guard<std::mutex> lock(sh->m);
             sh->owner = true;  // `lost` stays set: a new tenure does not undo a loss
@@ -173,8 +118,8 @@ int cmd_run(const Args& a) {
             sh->owner = false;
             sh->poke();
         },
-        id);
-    // Failing renewals are worth a line before the loss they may become.
+        o.contender);
+    const std::string mutex = o.mutex;
     contender->set_on_suspended([mutex](const Lease& lease) {
         std::fprintf(stderr, "simba run: renewals of mutex %s are failing: the lease ends in %lld ms unless one succeeds\n",
                      mutex.c_str(), static_cast<long long>(duration_cast<milliseconds>(lease.remaining()).count()));
@@ -183,195 +128,223 @@ int cmd_run(const Args& a) {
         std::fprintf(stderr, "simba run: renewals of mutex %s succeed again (fence %lld)\n", mutex.c_str(),
                      static_cast<long long>(lease.fence));
     });
-    pg::FactoryOptions fopts;
-    fopts.application_name = "simba-run";
-    pg::ContendServiceFactory factory(a.dsn, fopts);
-    auto service = factory.create(contender, copts);
+    return contender;
+}
 
-    auto next_metrics = SteadyClock::now();
-    bool metrics_warned = false;
-    auto write_metrics = [&] {
-        if (metrics_file.empty()) return;
-        next_metrics = SteadyClock::now() + metrics_interval;
-        const std::string tmp = metrics_file + ".tmp." + std::to_string(::getpid());
-        const std::string text = to_prometheus(factory.metrics());
+// --metrics-file: the factory's metrics, written whole (a temporary file
+// renamed over it) every --metrics-interval and at the end; a failure is
+// said once.
+class MetricsFile {
+public:
+    MetricsFile(const RunOptions& o, const pg::ContendServiceFactory& factory)
+        : path_(o.metrics_file), interval_(o.metrics_interval), factory_(factory) {}
+
+    SteadyClock::time_point due() const { return path_.empty() ? SteadyClock::time_point::max() : next_; }
+
+    void write() {
+        if (path_.empty()) return;
+        next_ = SteadyClock::now() + interval_;
+        const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+        const std::string text = to_prometheus(factory_.metrics());
         FILE* f = std::fopen(tmp.c_str(), "w");
         bool good = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
         if (f) good = (std::fclose(f) == 0) && good;
-        if (good) good = std::rename(tmp.c_str(), metrics_file.c_str()) == 0;
+        if (good) good = std::rename(tmp.c_str(), path_.c_str()) == 0;
         if (!good) {
             std::remove(tmp.c_str());
-            if (!metrics_warned)
-                std::fprintf(stderr, "simba run: cannot write --metrics-file %s: %s\n", metrics_file.c_str(),
+            if (!warned_)
+                std::fprintf(stderr, "simba run: cannot write --metrics-file %s: %s\n", path_.c_str(),
                              std::strerror(errno));
-            metrics_warned = true;
+            warned_ = true;
         }
-    };
-    auto metrics_due = [&] { return metrics_file.empty() ? SteadyClock::time_point::max() : next_metrics; };
-    auto drain_efd = [&] {
-        std::uint64_t v;
-        while (::read(sh->efd, &v, sizeof v) > 0) {
-        }
-    };
+    }
 
-    service->start();
-    say(verbose, "waiting for mutex " + mutex + " as " + id);
+private:
+    const std::string path_;
+    const microseconds interval_;
+    const pg::ContendServiceFactory& factory_;
+    SteadyClock::time_point next_ = SteadyClock::now();
+    bool warned_ = false;
+};
+
+// One simba run after its setup: waits for the lease, then has the watchdog
+// run CMD and supervises it until every process of CMD's is gone.
+class Runner {
+public:
+    Runner(const RunOptions& o, Shared& sh, int sfd, Watchdog& wd, MutexContendService& service, MetricsFile& metrics)
+        : o_(o), sh_(sh), sfd_(sfd), wd_(wd), service_(service), metrics_(metrics) {}
+
+    /// An exit code if CMD must not run; nullopt once the lease is ours.
+    std::optional<int> wait_for_lease();
+    /// Runs CMD under the lease; its exit code, or 76 if the lease was lost.
+    int run_cmd();
+
+private:
+    int give_up();
+    std::optional<int> read_signals_while_waiting();
+    bool lease_gone();
+    void supervise();
+    int finish();
+    // Gives the watchdog the lease end the library proves now, if still of CMD's tenure.
+    void extend_lease() {
+        const auto st = service_.state().after;
+        if (st.is_owner(o_.contender) && st.fence == fence_) wd_.extend(st.transition_deadline());
+    }
+    void report() { std::fputs(news_->read(wd_.page()).c_str(), stderr); }
+    void drain_efd() {
+        std::uint64_t v;
+        while (::read(sh_.efd, &v, sizeof v) > 0) {
+        }
+    }
+
+    const RunOptions& o_;
+    Shared& sh_;
+    const int sfd_;
+    Watchdog& wd_;
+    MutexContendService& service_;
+    MetricsFile& metrics_;
+    std::int64_t fence_ = 0;  // of the tenure CMD runs in
+    bool lost_ = false;       // said: the lease was lost while CMD ran
+    int wd_status_ = 0;
+    std::optional<WatchdogNews> news_;  // from when CMD starts
+};
+
+std::optional<int> Runner::wait_for_lease() {
     const auto started = SteadyClock::now();
     // With --wait 0 the lease is ours already: allow the service a connect's time to renew it.
-    const auto give_up = !wait ? SteadyClock::time_point::max()
-                               : started + (wait->count() == 0 ? microseconds(std::chrono::seconds(10)) : *wait);
-
-    // ------------------------------------------------------------ wait
-    std::int64_t fence = 0;
+    const auto until = !o_.wait ? SteadyClock::time_point::max()
+                                : started + (o_.wait->count() == 0 ? microseconds(std::chrono::seconds(10)) : *o_.wait);
     for (;;) {
         {
-            std::lock_guard<std::mutex> lock(sh->m);
-            if (sh->owner && service->is_owner()) {
-                fence = sh->fence;
-                sh->lost = false;
-                sh->tenures = 1;  // counted from the tenure CMD runs in
-                break;
+            std::lock_guard<std::mutex> lock(sh_.m);
+            if (sh_.owner && service_.is_owner()) {
+                fence_ = sh_.fence;
+                sh_.lost = false;
+                sh_.tenures = 1;  // counted from the tenure CMD runs in
+                return std::nullopt;
             }
         }
         auto now = SteadyClock::now();
-        if (now >= give_up) {
-            auto holder = service->state().after;
-            service->stop();
-            write_metrics();
-            if (wait->count() == 0) {
-                std::fprintf(stderr, "simba run: could not confirm the lease on %s within 10s (connection trouble?)\n",
-                             mutex.c_str());
-                return unavailable;
-            }
-            std::fprintf(stderr, "simba run: gave up after %s waiting for %s (%s)\n", format_duration(*wait).c_str(),
-                         mutex.c_str(),
-                         holder.has_owner() ? ("held by " + holder.owner_id + ", fence " + std::to_string(holder.fence)).c_str()
-                                            : "not held at the last attempt");
-            return busy;
-        }
-        if (metrics_due() <= now) write_metrics();
-        pollfd fds[2] = {{sfd, POLLIN, 0}, {sh->efd, POLLIN, 0}};
-        ::poll(fds, 2, wait_ms(std::min(give_up, metrics_due())));
+        if (now >= until) return give_up();
+        if (metrics_.due() <= now) metrics_.write();
+        pollfd fds[2] = {{sfd_, POLLIN, 0}, {sh_.efd, POLLIN, 0}};
+        ::poll(fds, 2, wait_ms(std::min(until, metrics_.due())));
         drain_efd();
-        signalfd_siginfo si;
-        while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-            int sig = static_cast<int>(si.ssi_signo);
-            if (sig == SIGCHLD) {
-                if (::waitpid(wd->pid(), nullptr, WNOHANG) == wd->pid()) {
-                    service->stop();
-                    throw Failure(software, "the watchdog (pid " + std::to_string(wd->pid()) +
-                                                ") died before CMD started");
-                }
-                continue;
+        if (auto rc = read_signals_while_waiting()) return rc;
+    }
+}
+
+int Runner::give_up() {
+    auto holder = service_.state().after;
+    service_.stop();
+    metrics_.write();
+    if (o_.wait->count() == 0) {
+        std::fprintf(stderr, "simba run: could not confirm the lease on %s within 10s (connection trouble?)\n",
+                     o_.mutex.c_str());
+        return unavailable;
+    }
+    std::fprintf(stderr, "simba run: gave up after %s waiting for %s (%s)\n", format_duration(*o_.wait).c_str(),
+                 o_.mutex.c_str(),
+                 holder.has_owner() ? ("held by " + holder.owner_id + ", fence " + std::to_string(holder.fence)).c_str()
+                                    : "not held at the last attempt");
+    return busy;
+}
+
+// Signals while waiting: SIGCHLD can only be the watchdog's (it has no CMD
+// yet), SIGUSR1/2 are for CMD, any other stops simba run (128 + the signal).
+std::optional<int> Runner::read_signals_while_waiting() {
+    signalfd_siginfo si;
+    while (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        int sig = static_cast<int>(si.ssi_signo);
+        if (sig == SIGCHLD) {
+            if (::waitpid(wd_.pid(), nullptr, WNOHANG) == wd_.pid()) {
+                service_.stop();
+                throw Failure(software, "the watchdog (pid " + std::to_string(wd_.pid()) + ") died before CMD started");
             }
-            if (sig == SIGUSR1 || sig == SIGUSR2) continue;
-            say(verbose, std::string("got ") + strsignal(sig) + " while waiting: stopping");
-            service->stop();
-            write_metrics();
-            return 128 + sig;
+            continue;
         }
+        if (sig == SIGUSR1 || sig == SIGUSR2) continue;
+        say(o_.verbose, std::string("got ") + strsignal(sig) + " while waiting: stopping");
+        service_.stop();
+        metrics_.write();
+        return 128 + sig;
     }
+    return std::nullopt;
+}
 
-    // ------------------------------------------------------------- CMD
-    // The watchdog starts CMD and enforces the lease on it; this loop only
-    // feeds it the lease end the library proves after each renewal, passes
-    // signals on and reports. Nothing here is on the path that kills CMD in
-    // time (docs/design.md, "simba run").
-    const auto tenure = service->state().after;
-    if (tenure.is_owner(id) && tenure.fence == fence) wd->extend(tenure.transition_deadline());
+// Whether the tenure CMD runs in has ended, by the callbacks or the service.
+bool Runner::lease_gone() {
+    bool gone;
     {
-        std::lock_guard<std::mutex> lock(sh->m);
-        wd->extend(sh->end);
+        std::lock_guard<std::mutex> lock(sh_.m);
+        gone = sh_.lost || !sh_.owner || sh_.fence != fence_;
     }
-    wd->start(fence);
-    const auto& page = wd->page();
+    return gone || !service_.is_owner();
+}
 
-    bool lost = false, wd_exited = false, said_exit = false;
-    std::int64_t said_term = 0, said_kill = 0;
-    int wd_status = 0;
-    auto before_end = [](const std::atomic<std::int64_t>& left_ns) {
-        return format_duration(duration_cast<microseconds>(std::chrono::nanoseconds(left_ns.load())));
-    };
-    // What the watchdog did, said after it was done.
-    auto report = [&] {
-        if (page.cmd_pid.load() < 0) return;
-        const auto term = page.term_sent_ns.load(), kill = page.kill_sent_ns.load();
-        if (term != 0 && term != said_term) {
-            said_term = term;
-            std::fprintf(stderr,
-                         "simba run: renewals of %s are failing: sent SIGTERM to %s's processes %s before the lease "
-                         "ends (--grace %s before the SIGKILL)\n",
-                         mutex.c_str(), a.cmd[0].c_str(), before_end(page.term_left_ns).c_str(), format_duration(grace).c_str());
-        }
-        if (kill != 0 && kill != said_kill) {
-            said_kill = kill;
-            const auto why = static_cast<KillReason>(page.kill_reason.load());
-            if (why == KillReason::deadline)
-                std::fprintf(stderr,
-                             "simba run: no renewal of %s (fence %lld) came in time: killed (SIGKILL) %s's processes "
-                             "%s before the lease ends\n",
-                             mutex.c_str(), static_cast<long long>(fence), a.cmd[0].c_str(), before_end(page.kill_left_ns).c_str());
-            else if (why == KillReason::lost)
-                std::fprintf(stderr, "simba run: killed (SIGKILL) %s's processes\n", a.cmd[0].c_str());
-        }
-        if (page.cmd_exited.load() && !said_exit && page.lingering.load() > 0 && page.kill_sent_ns.load() == 0) {
-            said_exit = true;
-            const int st = page.cmd_status.load();
-            std::fprintf(stderr,
-                         "simba run: %s exited (status %d) and left %d process(es) running: holding %s until they exit\n",
-                         a.cmd[0].c_str(), WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), page.lingering.load(),
-                         mutex.c_str());
-        }
-    };
-    while (!wd_exited) {
-        bool gone;
-        {
-            std::lock_guard<std::mutex> lock(sh->m);
-            gone = sh->lost || !sh->owner || sh->fence != fence;
-        }
-        gone = gone || !service->is_owner();
-        if (gone && !lost) {
-            lost = true;
-            wd->kill_now();  // the watchdog signals; we log after
-            std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran\n", mutex.c_str(),
-                         static_cast<long long>(fence), a.cmd[0].c_str());
+// The watchdog starts CMD and enforces the lease on it; this loop only feeds
+// it the lease end the library proves after each renewal, passes signals on
+// and reports. Nothing here is on the path that kills CMD in time
+// (docs/design.md, "simba run"). Returns when the watchdog has exited.
+void Runner::supervise() {
+    extend_lease();
+    {
+        std::lock_guard<std::mutex> lock(sh_.m);
+        wd_.extend(sh_.end);
+    }
+    wd_.start(fence_);
+    news_.emplace(o_, fence_);
+    const std::string& cmd = o_.cmd[0];
+    for (bool wd_exited = false; !wd_exited;) {
+        const bool gone = lease_gone();
+        if (gone && !lost_) {
+            lost_ = true;
+            wd_.kill_now();  // the watchdog signals; we log after
+            std::fprintf(stderr, "simba run: lost the lock on %s (fence %lld) while %s ran\n", o_.mutex.c_str(),
+                         static_cast<long long>(fence_), cmd.c_str());
         } else if (!gone) {
-            const auto st = service->state().after;
-            if (st.is_owner(id) && st.fence == fence) wd->extend(st.transition_deadline());
+            extend_lease();
         }
         report();
         auto now = SteadyClock::now();
-        if (metrics_due() <= now) write_metrics();
-        pollfd fds[3] = {{sfd, POLLIN, 0}, {sh->efd, POLLIN, 0}, {wd->news_fd(), POLLIN, 0}};
-        ::poll(fds, 3, wait_ms(std::min(metrics_due(), now + check_every)));
+        if (metrics_.due() <= now) metrics_.write();
+        pollfd fds[3] = {{sfd_, POLLIN, 0}, {sh_.efd, POLLIN, 0}, {wd_.news_fd(), POLLIN, 0}};
+        ::poll(fds, 3, wait_ms(std::min(metrics_.due(), now + o_.check_every)));
         drain_efd();
-        wd->drain();
+        wd_.drain();
         signalfd_siginfo si;
-        while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        while (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
             int sig = static_cast<int>(si.ssi_signo);
             if (sig != SIGCHLD) {
-                wd->forward(sig);
-                say(verbose, std::string("forwarding ") + strsignal(sig) + " to " + a.cmd[0]);
+                wd_.forward(sig);
+                say(o_.verbose, std::string("forwarding ") + strsignal(sig) + " to " + cmd);
             }
         }
         // Checked whether or not a SIGCHLD was seen (signals coalesce).
-        if (::waitpid(wd->pid(), &wd_status, WNOHANG) == wd->pid()) wd_exited = true;
+        if (::waitpid(wd_.pid(), &wd_status_, WNOHANG) == wd_.pid()) wd_exited = true;
     }
-    if (!(WIFEXITED(wd_status) && WEXITSTATUS(wd_status) == 0 && page.done.load())) {
+}
+
+// After the watchdog exited: its own death, a failed fork, or CMD's end
+// (its status, or 76 if the lease ended before all its processes did).
+int Runner::finish() {
+    const auto& page = wd_.page();
+    const std::string& cmd = o_.cmd[0];
+    if (!(WIFEXITED(wd_status_) && WEXITSTATUS(wd_status_) == 0 && page.done.load())) {
         // The watchdog was killed: CMD died with it (PR_SET_PDEATHSIG); what
         // it left is reparented to us (a subreaper too).
         kill_all_children();
-        service->stop();
-        write_metrics();
+        service_.stop();
+        metrics_.write();
         std::fprintf(stderr, "simba run: the watchdog (pid %d) died (%s): killed %s and its processes\n",
-                     static_cast<int>(wd->pid()),
-                     WIFSIGNALED(wd_status) ? strsignal(WTERMSIG(wd_status))
-                                            : ("status " + std::to_string(WEXITSTATUS(wd_status))).c_str(),
-                     a.cmd[0].c_str());
+                     static_cast<int>(wd_.pid()),
+                     WIFSIGNALED(wd_status_) ? strsignal(WTERMSIG(wd_status_))
+                                             : ("status " + std::to_string(WEXITSTATUS(wd_status_))).c_str(),
+                     cmd.c_str());
         return software;
     }
     if (page.cmd_pid.load() < 0) {
-        service->stop();
+        service_.stop();
         throw Failure(software, std::string("fork: ") + std::strerror(-page.cmd_pid.load()));
     }
     report();
@@ -380,31 +353,77 @@ int cmd_run(const Args& a) {
     const bool killed = page.kill_sent_ns.load() != 0 || page.term_pending.load() != 0;
     bool ended;
     {
-        std::lock_guard<std::mutex> lock(sh->m);
-        ended = sh->lost || sh->fence != fence || !service->is_owner();
+        std::lock_guard<std::mutex> lock(sh_.m);
+        ended = sh_.lost || sh_.fence != fence_ || !service_.is_owner();
     }
     // Every process CMD started is gone: only now may the lock pass on.
     // stop() runs the callbacks still queued: a lapse the library bridged
     // with a new tenure (simba run was stopped past its lease) shows there.
-    service->stop();
+    service_.stop();
     {
-        std::lock_guard<std::mutex> lock(sh->m);
-        ended = ended || sh->tenures > 1 || sh->fence != fence;
+        std::lock_guard<std::mutex> lock(sh_.m);
+        ended = ended || sh_.tenures > 1 || sh_.fence != fence_;
     }
-    if (!lost && !killed && ended) {
-        lost = true;  // the lease ended before CMD's processes did: they finished after it ended
-        std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", a.cmd[0].c_str(),
-                     mutex.c_str());
+    if (!lost_ && !killed && ended) {
+        lost_ = true;  // the lease ended before CMD's processes did: they finished after it ended
+        std::fprintf(stderr, "simba run: %s finished after the lease on %s had ended\n", cmd.c_str(), o_.mutex.c_str());
     }
-    write_metrics();
-    const int status = page.cmd_status.load();
-    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : software;
-    if (lost || killed) {
-        say(verbose, a.cmd[0] + " ended (status " + std::to_string(rc) + ") after the lock was lost: exit 76");
+    metrics_.write();
+    const int rc = exit_code_of(page.cmd_status.load());
+    if (lost_ || killed) {
+        say(o_.verbose, cmd + " ended (status " + std::to_string(rc) + ") after the lock was lost: exit 76");
         return lost_lock;
     }
-    say(verbose, a.cmd[0] + " exited with status " + std::to_string(rc) + "; released " + mutex);
+    say(o_.verbose, cmd + " exited with status " + std::to_string(rc) + "; released " + o_.mutex);
     return rc;
+}
+
+int Runner::run_cmd() {
+    supervise();
+    return finish();
+}
+
+}  // namespace
+
+int cmd_run(const Args& a) {
+    const RunOptions o = parse_run_options(a);
+    sigset_t cmd_mask;
+    const int sfd = block_signals(cmd_mask);
+    auto sh = std::make_shared<Shared>();
+    sh->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sfd < 0 || sh->efd < 0) throw Failure(software, std::string("signalfd/eventfd: ") + std::strerror(errno));
+
+    set_log_handler([verbose = o.verbose](LogLevel level, const std::string& msg) {
+        if (level == LogLevel::debug || (level == LogLevel::info && !verbose)) return;
+        std::fprintf(stderr, "simba run: [%s] %s\n", to_string(level), msg.c_str());
+    });
+    if (auto held = check_server(a.dsn, o)) return *held;
+
+    // Forked now, while this process has a single thread (the factory below
+    // starts the library's); a subreaper, like the watchdog, so that what CMD
+    // leaves comes to us should the watchdog be killed.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    WatchdogConfig wcfg;
+    wcfg.argv = o.cmd;
+    wcfg.mutex = o.mutex;
+    wcfg.contender = o.contender;
+    wcfg.margin = o.margin;
+    wcfg.grace = o.grace;
+    wcfg.cmd_mask = cmd_mask;
+    Watchdog wd(std::move(wcfg), {sfd, sh->efd});
+
+    auto contender = make_contender(sh, o);
+    pg::FactoryOptions fopts;
+    fopts.application_name = "simba-run";
+    pg::ContendServiceFactory factory(a.dsn, fopts);
+    auto service = factory.create(contender, o.lease);
+    MetricsFile metrics(o, factory);
+    Runner runner(o, *sh, sfd, wd, *service, metrics);
+
+    service->start();
+    say(o.verbose, "waiting for mutex " + o.mutex + " as " + o.contender);
+    if (auto rc = runner.wait_for_lease()) return *rc;
+    return runner.run_cmd();
 }
 
 }  // namespace simba::cli

@@ -20,6 +20,7 @@
 #include <new>
 
 #include "cli.hpp"
+#include "run_plan.hpp"
 
 extern char** environ;
 
@@ -46,6 +47,19 @@ public:
         : cfg_(cfg), page_(page), life_r_(life_r), news_w_(news_w) {}
 
     [[noreturn]] void run() {
+        become_watchdog();
+        for (;;) {
+            if (!started_ && parent_gone_) ::_exit(0);
+            if (!started_ && page_.start.load()) start_cmd();
+            arm(started_ ? enforce() : LLONG_MAX);
+            wait_for_events();
+        }
+    }
+
+private:
+    // Out of simba run's reach (its process group, the signals aimed at it),
+    // the reaper of CMD's orphans, with a signalfd for SIGCHLD and a timer.
+    void become_watchdog() {
         ::prctl(PR_SET_NAME, "simba-watchdog");
         ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of CMD's tree come to us, daemons included
         ::setpgid(0, 0);  // out of simba run's group: a stop or kill aimed at that group misses us
@@ -61,77 +75,69 @@ public:
         tfd_ = ::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
         if (sfd_ < 0 || tfd_ < 0) ::_exit(software);
         self_ = ::getpid();
-
-        const std::int64_t margin = cfg_.margin.count(), grace = cfg_.grace.count();
-        for (;;) {
-            if (!started_ && parent_gone_) ::_exit(0);
-            if (!started_ && page_.start.load()) start_cmd();
-            const std::int64_t now = boot_ns();
-            std::int64_t wake = LLONG_MAX;
-            if (started_) {
-                const std::int64_t kill_at = page_.lease_end_ns.load() - margin, term_at = kill_at - grace;
-                if (!killing_) {
-                    KillReason why = parent_gone_            ? KillReason::orphaned
-                                     : page_.kill_now.load() ? KillReason::lost
-                                     : now >= kill_at        ? KillReason::deadline
-                                                             : KillReason::none;
-                    if (why != KillReason::none) {
-                        killing_ = true;
-                        page_.kill_reason.store(static_cast<int>(why));
-                    }
-                }
-                if (killing_) {
-                    sweep(SIGKILL);  // signal first; simba run logs it
-                    if (page_.kill_sent_ns.load() == 0) {
-                        page_.kill_left_ns.store(kill_at + margin - now);
-                        page_.kill_sent_ns.store(now);
-                        news();
-                    }
-                    check_ = true;
-                    wake = now + 5000000;  // the killed ones' children are reparented to us: again
-                } else if (now >= term_at) {
-                    if (!termed_) {
-                        sweep(SIGTERM);
-                        termed_ = true;
-                        page_.term_pending.store(1);
-                        page_.term_left_ns.store(kill_at + margin - now);
-                        page_.term_sent_ns.store(now);
-                        news();
-                    }
-                    wake = kill_at;
-                } else {
-                    termed_ = false;  // a renewal came after all
-                    page_.term_pending.store(0);
-                    wake = term_at;
-                }
-                if (!killing_)
-                    for (std::uint64_t f = page_.forward.exchange(0); f; f &= f - 1) sweep(__builtin_ctzll(f));
-                if (check_) {
-                    check_ = false;
-                    if (reap()) {
-                        page_.done.store(1);
-                        news();
-                        ::_exit(0);
-                    }
-                }
-            }
-            arm(wake);
-            pollfd fds[3] = {{life_r_, POLLIN, 0}, {sfd_, POLLIN, 0}, {tfd_, POLLIN, 0}};
-            ::poll(fds, 3, -1);
-            char buf[64];
-            for (;;) {
-                auto n = ::read(life_r_, buf, sizeof buf);
-                if (n == 0) parent_gone_ = true;
-                if (n <= 0) break;
-            }
-            signalfd_siginfo si;
-            while (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) check_ = true;
-            std::uint64_t ticks;
-            [[maybe_unused]] auto n = ::read(tfd_, &ticks, sizeof ticks);
-        }
     }
 
-private:
+    /// One look at the lease once CMD runs: sends what keeper_step says is
+    /// due, publishes it, forwards signals, reaps (exits when nothing is
+    /// left). Returns when to look again.
+    std::int64_t enforce() {
+        const std::int64_t now = boot_ns(), end = page_.lease_end_ns.load();
+        const KeeperStep step =
+            keeper_step({now, end, killing_, parent_gone_, page_.kill_now.load() != 0}, cfg_.margin, cfg_.grace);
+        if (step.begins != KillReason::none) {
+            killing_ = true;
+            page_.kill_reason.store(static_cast<int>(step.begins));
+        }
+        if (step.action == KeeperStep::kill) {
+            sweep(SIGKILL);  // signal first; simba run logs it
+            if (page_.kill_sent_ns.load() == 0) {
+                page_.kill_left_ns.store(end - now);
+                page_.kill_sent_ns.store(now);
+                news();
+            }
+            check_ = true;
+        } else if (step.action == KeeperStep::term) {
+            if (!termed_) {
+                sweep(SIGTERM);
+                termed_ = true;
+                page_.term_pending.store(1);
+                page_.term_left_ns.store(end - now);
+                page_.term_sent_ns.store(now);
+                news();
+            }
+        } else {
+            termed_ = false;  // a renewal came after all
+            page_.term_pending.store(0);
+        }
+        if (!killing_)
+            for (std::uint64_t f = page_.forward.exchange(0); f; f &= f - 1) sweep(__builtin_ctzll(f));
+        if (check_) {
+            check_ = false;
+            if (reap()) {
+                page_.done.store(1);
+                news();
+                ::_exit(0);
+            }
+        }
+        return step.wake;
+    }
+
+    /// Sleeps until simba run writes or dies, a child changes or the timer fires.
+    void wait_for_events() {
+        pollfd fds[3] = {{life_r_, POLLIN, 0}, {sfd_, POLLIN, 0}, {tfd_, POLLIN, 0}};
+        ::poll(fds, 3, -1);
+        char buf[64];
+        for (;;) {
+            auto n = ::read(life_r_, buf, sizeof buf);
+            if (n == 0) parent_gone_ = true;
+            if (n <= 0) break;
+        }
+        signalfd_siginfo si;
+        while (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) check_ = true;
+        std::uint64_t ticks;
+        [[maybe_unused]] auto n = ::read(tfd_, &ticks, sizeof ticks);
+    }
+
     void news() { poke_fd(news_w_); }
 
     void arm(std::int64_t at) {

@@ -4,10 +4,6 @@
 
 namespace simba::detail {
 
-SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm) {
-    return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
-}
-
 Ownership::Ownership(std::string mutex, std::string id, SteadyClock::duration margin, bool single_tenure)
     : mutex_(std::move(mutex)), id_(std::move(id)), margin_(margin), single_tenure_(single_tenure) {
     reported_.before = MutexOwner::none(mutex_, SteadyClock::time_point{});

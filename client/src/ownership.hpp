@@ -24,6 +24,7 @@
 // reported once per suspension, and cleared with the tenure.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -35,7 +36,13 @@ namespace simba::detail {
 /// How much before the proven lease end an owner gives up: a fixed part
 /// (capped at a tenth of the lease) plus a clock-rate bound of `ppm` parts
 /// per million of the lease, so a long lease is as safe as a short one.
-SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm);
+/// Inline so that simba run (client/cli, run_plan.cpp) compiles the same
+/// rule into its kill margin without calling into the library's ABI, where
+/// detail:: is no promise. The drift part is split so that lease * ppm
+/// cannot overflow.
+inline SteadyClock::duration lease_margin(SteadyClock::duration lease, SteadyClock::duration fixed, int ppm) {
+    return std::min(fixed, lease / 10) + lease / 1000000 * ppm + lease % 1000000 * ppm / 1000000;
+}
 
 class Ownership {
 public:
