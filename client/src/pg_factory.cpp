@@ -29,8 +29,6 @@
 // holds a lock while running a callback. docs/design.md, "Client".
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -51,6 +49,7 @@
 #include "factory_metrics.hpp"
 #include "factory_options.hpp"
 #include "holder_ids.hpp"
+#include "listen_inbox.hpp"
 #include "notify_counts.hpp"
 #include "pg_io.hpp"
 #include "service_events.hpp"
@@ -59,6 +58,7 @@
 #include "simba/log.hpp"
 #include "statement_watchdog.hpp"
 #include "statements.hpp"
+#include "wake_fd.hpp"
 
 namespace simba::pg {
 
@@ -76,15 +76,10 @@ struct ContendServiceFactory::Core final : detail::Io {
           connections(options, build_conninfo(user_conninfo, options), listen_conninfo_for(user_conninfo, options),
                       watchdog),
           contention(options, connections, events, metrics, watchdog) {
-        wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (wake_fd < 0) throw Error("eventfd failed");
         io = std::thread([this] { io_main(); });
     }
 
-    ~Core() override {
-        shutdown();
-        if (wake_fd >= 0) ::close(wake_fd);
-    }
+    ~Core() override { shutdown(); }
 
     void shutdown() {
         if (!commands.quit()) return;
@@ -118,10 +113,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         return true;
     }
 
-    void wake() {
-        std::uint64_t one = 1;
-        [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
-    }
+    void wake() { waker.wake(); }
 
     /// Takes io_m for a caller's round trip. On the handle thread (a
     /// callback) the queued watchdog check cannot run while we wait, so we
@@ -274,28 +266,6 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     // ------------------------------------------------------------ I/O thread
 
-    /// Reads what the LISTEN connection brought, without io_m (only the I/O
-    /// thread touches it). Leaves in `notified` the names some service of
-    /// ours contends for, and in `woken` what fair waiters heard on their
-    /// own channels; returns false if it failed.
-    bool step_listen(short revents) {
-        ListenConnection::Heard got;
-        const bool ok = connections.step_listen(revents, got);
-        notified = std::move(got.payloads);
-        notify_counts.add(notified);  // for the names someone waits on (the semaphore)
-        heard = subscribers.heard(notified) || heard;  // the lockers' holds (run by io_main)
-        contention.registry().keep_ours(notified);
-        woken.insert(woken.end(), got.channels.begin(), got.channels.end());
-        woken.insert(woken.end(), got.listening.begin(), got.listening.end());
-        // Just registered: whoever waits on these attempts once more, for a
-        // release that may have gone by before (ListenConnection::want_name).
-        notify_counts.add(got.registered);
-        heard = subscribers.heard(got.registered, true) || heard;
-        contention.registry().keep_ours(got.registered);
-        registered.insert(registered.end(), got.registered.begin(), got.registered.end());
-        return ok;
-    }
-
     void io_main() {
         std::unique_lock<std::mutex> lock(io_m);
         connections.set_io_thread(std::this_thread::get_id());
@@ -314,13 +284,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             if (connections.take_unannounced() && connections.up()) contention.attempt_all(now, true);
             listen_broke = false;
             connections.probe();  // an idle statement connection the server closed goes now (notice_loss)
-            if (connections.up() && !notified.empty()) contention.notified(notified);
-            notified.clear();
-            if (connections.up() && !registered.empty()) contention.notified(registered, true);
-            registered.clear();
-            if (std::exchange(heard, false)) subscribers.run();
-            if (connections.up() && !woken.empty()) contention.woken(woken);
-            woken.clear();
+            inbox.deliver();
             run_commands();
             if (commands.quitting()) break;
             tasks.run_due();
@@ -401,20 +365,18 @@ struct ContendServiceFactory::Core final : detail::Io {
             until = std::min(until, connections.next_wake());
             auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
             // A negative fd is left out by poll().
-            pollfd fds[3] = {{wake_fd, POLLIN, 0},
+            pollfd fds[3] = {{waker.fd(), POLLIN, 0},
                              {connections.listen_sock(), connections.listen_events(), 0},
                              {stmt_fd, POLLIN, 0}};
             const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
             bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
             if (rc > 0 && (fds[0].revents & POLLIN)) {
-                std::uint64_t v;
-                [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
+                waker.drain();
                 woken_up = true;
             }
             if (rc > 0 && fds[2].revents != 0) woken_up = true;
-            listen_broke = !step_listen(fds[1].fd >= 0 ? fds[1].revents : 0);
-            if (woken_up || listen_broke || !notified.empty() || heard || !woken.empty() || !registered.empty() ||
-                connections.listen_ready_now() != was_ready)
+            listen_broke = !inbox.read(fds[1].fd >= 0 ? fds[1].revents : 0);
+            if (woken_up || listen_broke || inbox.pending() || connections.listen_ready_now() != was_ready)
                 break;
         }
         lock.lock();
@@ -433,11 +395,11 @@ struct ContendServiceFactory::Core final : detail::Io {
     TaskQueue tasks;        // I/O thread only
     NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
     NotifySubscribers subscribers;  // detail::Io::subscribe
-    bool heard = false;             // I/O thread: subscribers heard a NOTIFY, to run
+    ListenInbox inbox{connections, contention, notify_counts, subscribers};  // I/O thread
 
     HolderIds ids;          // detail::Io::reserve_ids
     CommandQueue commands;  // from other threads
-    int wake_fd = -1;
+    WakeFd waker;           // wakes the I/O thread's poll()
 
     // The I/O thread holds io_m except while it sleeps in poll(); a
     // caller's thread takes it to start or stop a service itself (a round
@@ -445,9 +407,6 @@ struct ContendServiceFactory::Core final : detail::Io {
     std::mutex io_m;
     SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
     bool io_done = false;                   // the I/O thread has exited
-    std::vector<std::string> notified;      // I/O thread: NOTIFYs of our mutexes, to act on
-    std::vector<std::string> woken;         // I/O thread: fair waiters' channels heard or just listened on
-    std::vector<std::string> registered;    // I/O thread: names whose registration just took effect
 
     std::thread io;  // last: starts after the members above exist
 };

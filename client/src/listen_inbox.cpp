@@ -1,0 +1,33 @@
+#include "listen_inbox.hpp"
+
+#include <utility>
+
+namespace simba::pg::detail {
+
+bool ListenInbox::read(short revents) {
+    ListenConnection::Heard got;
+    const bool ok = conn_.step_listen(revents, got);
+    counts_.add(got.payloads);  // for the names someone waits on (the semaphore)
+    heard_ = holds_.heard(got.payloads) || heard_;
+    contention_.registry().keep_ours(got.payloads);
+    notified_.insert(notified_.end(), got.payloads.begin(), got.payloads.end());
+    woken_.insert(woken_.end(), got.channels.begin(), got.channels.end());
+    woken_.insert(woken_.end(), got.listening.begin(), got.listening.end());
+    counts_.add(got.registered);
+    heard_ = holds_.heard(got.registered, true) || heard_;
+    contention_.registry().keep_ours(got.registered);
+    registered_.insert(registered_.end(), got.registered.begin(), got.registered.end());
+    return ok;
+}
+
+void ListenInbox::deliver() {
+    if (conn_.up() && !notified_.empty()) contention_.notified(notified_);
+    notified_.clear();
+    if (conn_.up() && !registered_.empty()) contention_.notified(registered_, true);
+    registered_.clear();
+    if (std::exchange(heard_, false)) holds_.run();
+    if (conn_.up() && !woken_.empty()) contention_.woken(woken_);
+    woken_.clear();
+}
+
+}  // namespace simba::pg::detail
