@@ -21,7 +21,7 @@ Each kind is its threaded class with this module's acquire and release
 mixed in (:class:`AsyncLock` is a :class:`~simba.Lock`, :class:`AsyncPermit`
 a :class:`~simba.Permit`, ...): the statements, replies, wait schedule and
 loss are the threaded kind's own, only awaited here
-(:func:`simba.client._drive`'s steps). Cancelling a task that waits in
+(:func:`simba.lock._drive`'s steps). Cancelling a task that waits in
 ``acquire()`` ends the wait: nothing is held after the cancellation (a grant
 that was in flight is released, a queue place left). An :class:`AsyncClient`
 belongs to the loop it was made in.
@@ -36,7 +36,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tup
 import psycopg
 
 from . import errors
-from .client import Callback, Client, Lock, Steps, _contender_id, _run_steps
+from .client import Client
+from .lock import Callback, Lock, Steps, _contender_id, _run_steps
 from .election import LEADER_SQL
 from .errors import IllegalStateError, LockTimeoutError
 from .lease import Lease, monotonic
@@ -82,7 +83,7 @@ class _LoopEvent:
 
 
 async def _adrive(steps: Steps) -> Any:
-    """:func:`simba.client._drive` on the event loop: each call awaited."""
+    """:func:`simba.lock._drive` on the event loop: each call awaited."""
     return await _run_steps(steps, True)
 
 

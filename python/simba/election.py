@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from .errors import LockTimeoutError
 from .lease import Lease
+from .lock import Callback
 
 if TYPE_CHECKING:
-    from .client import Callback, Client
+    from .client import Client
 
 __all__ = ["Election"]
 

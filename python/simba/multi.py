@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import errors
-from .client import _OWNER_COLUMNS, Callback, Lock, _Owner, _WaitSchedule, log
 from .lease import Lease, monotonic, server_time
+from .lock import _OWNER_COLUMNS, Callback, Lock, _Owner, _WaitSchedule, log
 
 if TYPE_CHECKING:
     from .client import Client

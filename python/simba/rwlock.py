@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
-from .client import Callback, Lock, _WaitSchedule, log
 from .lease import Lease, server_time
+from .lock import Callback, Lock, _WaitSchedule, log
 
 if TYPE_CHECKING:
     from .client import Client

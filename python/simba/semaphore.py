@@ -22,9 +22,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import errors
-from .client import Callback, Lock, _WaitSchedule
 from .errors import LockTimeoutError
 from .lease import Lease, server_time
+from .lock import Callback, Lock, _WaitSchedule
 
 if TYPE_CHECKING:
     from .client import Client
