@@ -51,7 +51,7 @@
 #include "factory_metrics.hpp"
 #include "factory_options.hpp"
 #include "holder_ids.hpp"
-#include "notify_counts.hpp"
+#include "notify_subscribers.hpp"
 #include "pg_io.hpp"
 #include "service_events.hpp"
 #include "simba/errors.hpp"
@@ -237,12 +237,6 @@ struct ContendServiceFactory::Core final : detail::Io {
         return executor.post_at(at, std::move(fn));
     }
 
-    void watch(const std::string& name) override { notify_counts.watch(name); }
-    void unwatch(const std::string& name) override { notify_counts.unwatch(name); }
-    std::uint64_t notifications(const std::string& name) override { return notify_counts.count(name); }
-    bool wait_notification(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) override {
-        return notify_counts.wait_change(name, seen, until);
-    }
     SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
     SteadyClock::duration retry_delay() const override { return options.retry_delay; }
     std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) override {
@@ -282,14 +276,12 @@ struct ContendServiceFactory::Core final : detail::Io {
         ListenConnection::Heard got;
         const bool ok = connections.step_listen(revents, got);
         notified = std::move(got.payloads);
-        notify_counts.add(notified);  // for the names someone waits on (the semaphore)
         heard = subscribers.heard(notified) || heard;  // the lockers' holds (run by io_main)
         contention.registry().keep_ours(notified);
         woken.insert(woken.end(), got.channels.begin(), got.channels.end());
         woken.insert(woken.end(), got.listening.begin(), got.listening.end());
         // Just registered: whoever waits on these attempts once more, for a
         // release that may have gone by before (ListenConnection::want_name).
-        notify_counts.add(got.registered);
         heard = subscribers.heard(got.registered, true) || heard;
         contention.registry().keep_ours(got.registered);
         registered.insert(registered.end(), got.registered.begin(), got.registered.end());
@@ -431,7 +423,6 @@ struct ContendServiceFactory::Core final : detail::Io {
     FactoryMetrics metrics;
     Contention contention;  // I/O state: io_m
     TaskQueue tasks;        // I/O thread only
-    NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
     NotifySubscribers subscribers;  // detail::Io::subscribe
     bool heard = false;             // I/O thread: subscribers heard a NOTIFY, to run
 
