@@ -1,6 +1,7 @@
 #include "lock_hold.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "ownership.hpp"
 #include "simba/contend_period.hpp"
@@ -65,7 +66,7 @@ void LockHold::begin(std::function<void(std::exception_ptr)> done, bool once) {
         gen = ++gen_;
         once_ = once;
         done_ = std::move(done);
-        in_session_ = suspended_ = lost_ran_ = answered_ = false;
+        in_session_ = suspended_ = answered_ = false;
         proof_ = {};
         held_by_.clear();
         next_at_ = SteadyClock::time_point::max();
@@ -502,10 +503,10 @@ void LockHold::run_callback(std::uint64_t gen, Callback which, SteadyClock::time
         {
             MutexLock lock(self->m_);
             if (gen != self->gen_) return;
-            if (which == Callback::lost && self->lost_ran_) return;  // once per hold (set_on_lost's at_once)
-            cb = self->callback(which, deadline);
+            // A spent on_lost runs once, however often its run was asked for.
+            cb = which == Callback::lost && self->lost_once_ ? std::exchange(self->on_lost_, nullptr)
+                                                              : self->callback(which, deadline);
             if (!cb) return;
-            if (which == Callback::lost) self->lost_ran_ = true;
             self->running_.enter(self->m_);
         }
         self->running_.run(self->m_, cb);
@@ -560,6 +561,7 @@ void LockHold::set_on_lost(std::function<void()> cb, bool at_once) {
     {
         MutexLock lock(m_);
         on_lost_ = std::move(cb);
+        lost_once_ = at_once;
         if (!at_once || !(phase_ == Phase::lost || (phase_ == Phase::held && SteadyClock::now() >= deadline_))) return;
         gen = gen_;
     }

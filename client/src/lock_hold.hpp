@@ -137,10 +137,11 @@ public:
     /// Who stood in the way at the last refused attempt ("" if nobody known).
     [[nodiscard]] std::string held_by() const EXCLUDES(m_);
 
-    /// The locker's callbacks (any thread; each replaces the last). on_lost
-    /// runs at most once per hold. `at_once`: also now (on the handle
-    /// thread) if the hold is lost already (its deadline passed), or for
-    /// on_suspended, suspended now (a permit's callbacks).
+    /// The locker's callbacks (any thread; each replaces the last).
+    /// `at_once` (a permit's callbacks): also now, on the handle thread, if
+    /// the hold is lost already (its deadline passed) or, for on_suspended,
+    /// suspended now; and on_lost is spent when it runs (it runs once; one
+    /// set after a loss runs at once).
     void set_on_lost(std::function<void()> cb, bool at_once = false) EXCLUDES(m_);
     void set_on_suspended(std::function<void(SteadyClock::time_point)> cb, bool at_once = false) EXCLUDES(m_);
     void set_on_resumed(std::function<void()> cb) EXCLUDES(m_);
@@ -185,7 +186,7 @@ private:
     std::function<void()> on_resumed_ GUARDED_BY(m_);
     RunningCallback running_;  // its state under m_ too
     Phase phase_ GUARDED_BY(m_) = Phase::idle;
-    bool lost_ran_ GUARDED_BY(m_) = false;  // on_lost ran for this hold
+    bool lost_once_ GUARDED_BY(m_) = false;  // on_lost is spent when it runs (set_on_lost's at_once)
     bool answered_ GUARDED_BY(m_) = false;  // an attempt of this wait was answered (refused, or failed)
     std::uint64_t gen_ GUARDED_BY(m_) = 0;  // the wait or hold tasks belong to
     bool once_ GUARDED_BY(m_) = false;
