@@ -52,7 +52,7 @@ void LockHold::register_wait(bool on) {
 }
 
 SteadyClock::duration LockHold::retry_delay() const {
-    return std::clamp<SteadyClock::duration>(ttl / 4, milliseconds(10), io_->retry_delay());
+    return st_->retry_delay(std::clamp<SteadyClock::duration>(ttl / 4, milliseconds(10), io_->retry_delay()));
 }
 
 // ------------------------------------------------------------- the wait

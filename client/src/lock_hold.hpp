@@ -91,6 +91,12 @@ public:
     /// soon, or (`once`) the lock is refused. Default: a setup mistake's
     /// SQLSTATE (permanent_sqlstate) or not a simba::Error.
     [[nodiscard]] virtual bool final_error(const std::exception_ptr& e, bool once) const;
+    /// How soon a statement that failed on a live connection (an attempt,
+    /// a renewal) is sent again; `standard`: FactoryOptions::retry_delay,
+    /// at most a quarter of the ttl, at least 10 ms.
+    [[nodiscard]] virtual SteadyClock::duration retry_delay(SteadyClock::duration standard) const {
+        return standard;
+    }
 };
 
 class LockHold final : public SessionHolder, public std::enable_shared_from_this<LockHold> {

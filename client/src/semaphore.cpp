@@ -13,6 +13,7 @@
 // Either way it is given up lease_margin(t) before the proven end.
 #include "simba/semaphore.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -111,6 +112,12 @@ public:
         } catch (...) {
             return true;
         }
+    }
+
+    // A failed refresh (or attempt) is sent again after ttl/6, at most
+    // 500 ms (docs/client-protocol.md), whatever the factory's retry_delay.
+    SteadyClock::duration retry_delay(SteadyClock::duration) const override {
+        return std::min<SteadyClock::duration>(ttl_ / 6, milliseconds(500));
     }
 
 private:
