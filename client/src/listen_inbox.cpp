@@ -7,13 +7,11 @@ namespace simba::pg::detail {
 bool ListenInbox::read(short revents) {
     ListenConnection::Heard got;
     const bool ok = conn_.step_listen(revents, got);
-    counts_.add(got.payloads);  // for the names someone waits on (the semaphore)
     heard_ = holds_.heard(got.payloads) || heard_;
     contention_.registry().keep_ours(got.payloads);
     notified_.insert(notified_.end(), got.payloads.begin(), got.payloads.end());
     woken_.insert(woken_.end(), got.channels.begin(), got.channels.end());
     woken_.insert(woken_.end(), got.listening.begin(), got.listening.end());
-    counts_.add(got.registered);
     heard_ = holds_.heard(got.registered, true) || heard_;
     contention_.registry().keep_ours(got.registered);
     registered_.insert(registered_.end(), got.registered.begin(), got.registered.end());

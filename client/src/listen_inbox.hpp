@@ -12,14 +12,14 @@
 
 #include "connections.hpp"
 #include "contention.hpp"
-#include "notify_counts.hpp"
+#include "notify_subscribers.hpp"
 
 namespace simba::pg::detail {
 
 class ListenInbox {
 public:
-    ListenInbox(Connections& connections, Contention& contention, NotifyCounts& counts, NotifySubscribers& holds)
-        : conn_(connections), contention_(contention), counts_(counts), holds_(holds) {}
+    ListenInbox(Connections& connections, Contention& contention, NotifySubscribers& holds)
+        : conn_(connections), contention_(contention), holds_(holds) {}
 
     /// Steps the LISTEN connection (`revents`: poll()'s for its socket)
     /// and keeps what concerns us; false if the connection failed.
@@ -35,7 +35,6 @@ public:
 private:
     Connections& conn_;
     Contention& contention_;
-    NotifyCounts& counts_;
     NotifySubscribers& holds_;
     bool heard_ = false;                   // a hold's subscription heard one: to run
     std::vector<std::string> notified_;    // NOTIFYs of our mutexes

@@ -1,6 +1,7 @@
 #include "lock_hold.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "ownership.hpp"
 #include "simba/contend_period.hpp"
@@ -27,6 +28,8 @@ bool permanent(const std::exception_ptr& e) {
 
 }  // namespace
 
+bool HoldStatements::final_error(const std::exception_ptr& e, bool /*once*/) const { return permanent(e); }
+
 LockHold::LockHold(std::shared_ptr<Io> io, std::unique_ptr<HoldStatements> statements, const ContendOptions& options)
     : SessionHolder(options.ttl, options.transition),
       io_(std::move(io)),
@@ -49,7 +52,7 @@ void LockHold::register_wait(bool on) {
 }
 
 SteadyClock::duration LockHold::retry_delay() const {
-    return std::clamp<SteadyClock::duration>(ttl / 4, milliseconds(10), io_->retry_delay());
+    return st_->retry_delay(std::clamp<SteadyClock::duration>(ttl / 4, milliseconds(10), io_->retry_delay()));
 }
 
 // ------------------------------------------------------------- the wait
@@ -63,7 +66,7 @@ void LockHold::begin(std::function<void(std::exception_ptr)> done, bool once) {
         gen = ++gen_;
         once_ = once;
         done_ = std::move(done);
-        in_session_ = suspended_ = false;
+        in_session_ = suspended_ = answered_ = false;
         proof_ = {};
         held_by_.clear();
         next_at_ = SteadyClock::time_point::max();
@@ -110,6 +113,7 @@ void LockHold::attempt(std::uint64_t gen) {
                 MutexLock lock(self->m_);
                 if (gen != self->gen_) return;
                 self->held_by_ = p.held_by;
+                self->answered_ = true;
                 once = self->once_;
                 // It waits from here: registered, and its registration taking
                 // effect brings an attempt (a release may come before it).
@@ -126,8 +130,9 @@ void LockHold::attempt(std::uint64_t gen) {
             {
                 MutexLock lock(self->m_);
                 once = self->once_;
+                if (gen == self->gen_) self->answered_ = true;
             }
-            if (permanent(e)) return self->settle(gen, e);
+            if (self->st_->final_error(e, once)) return self->settle(gen, e);
             if (once) return self->settle(gen, nullptr);  // refused, as a held lock would be
             // Not connected (yet): soon again, no statement is sent meanwhile.
             const auto now = SteadyClock::now();
@@ -236,7 +241,7 @@ void LockHold::settle(std::uint64_t gen, std::exception_ptr error) {
     if (done) done(error);
 }
 
-bool LockHold::take(SteadyClock::time_point deadline, bool once) {
+bool LockHold::take(SteadyClock::time_point deadline, bool once, bool answer_first) {
     // A new factory connects in the background: the first attempt goes
     // when it is up (or a setup mistake is known), not after a retry delay.
     (void)io_->wait_connected(std::min(deadline, SteadyClock::now() + std::chrono::seconds(5)));
@@ -253,11 +258,18 @@ bool LockHold::take(SteadyClock::time_point deadline, bool once) {
     if (once) deadline = SteadyClock::time_point::max();  // the one attempt's answer (its statement has a deadline)
     for (;;) {
         const auto now = SteadyClock::now();
-        if (now >= deadline) {
+        bool past = now >= deadline;
+        if (past && answer_first) {
+            MutexLock lock(m_);
+            past = answered_;
+        }
+        if (past) {
             end();  // a grant that came meanwhile is released
             return false;
         }
-        const auto slice = std::min<SteadyClock::duration>(deadline - now, milliseconds(50));
+        // Past the deadline (answer_first) the first answer is polled for.
+        const auto slice = now >= deadline ? SteadyClock::duration(milliseconds(5))
+                                           : std::min<SteadyClock::duration>(deadline - now, milliseconds(50));
         if (result.wait_for(slice) == std::future_status::ready) break;
         io_->while_waiting();
     }
@@ -266,7 +278,7 @@ bool LockHold::take(SteadyClock::time_point deadline, bool once) {
     return phase_ != Phase::idle;  // held (or lost since: end() it); idle: refused (once) or ended
 }
 
-bool LockHold::end() {
+bool LockHold::end(bool wait) {
     std::function<void(std::exception_ptr)> done;
     {
         UniqueLock lock(m_);
@@ -283,20 +295,36 @@ bool LockHold::end() {
     // ended), then the release goes: both on the I/O thread, in that order.
     io_->leave_session(shared_from_this());
     auto self = shared_from_this();
+    if (!wait) {
+        (void)io_->run([self](pqxx::connection& c) { self->st_->release(c); },
+                       [self](std::exception_ptr e) {
+                           try {
+                               std::rethrow_exception(e);
+                           } catch (const std::exception& err) {
+                               self->release_failed(err.what());
+                           }
+                       });
+        return false;
+    }
     try {
         return call<bool>(*io_, [self](pqxx::connection& c) { return self->st_->release(c); }, "lock");
     } catch (const std::exception& e) {
-        // Owed with or without a session (under one the hold would never
-        // lapse): sent again until it succeeds, and before this lock's next
-        // attempt.
-        log(LogLevel::warning, "release of " + st_->what() + " failed: " + e.what());
-        {
-            MutexLock lock(m_);
-            owed_ = true;
-        }
-        io_->owe([self](pqxx::connection& c) { self->pay_debt(c); }, "release of " + st_->what());
+        release_failed(e.what());
         return false;
     }
+}
+
+/// end()'s release failed: owed with or without a session (under one the
+/// hold would never lapse), sent again until it succeeds, and before this
+/// lock's next attempt.
+void LockHold::release_failed(const std::string& why) {
+    log(LogLevel::warning, "release of " + st_->what() + " failed: " + why);
+    {
+        MutexLock lock(m_);
+        owed_ = true;
+    }
+    auto self = shared_from_this();
+    io_->owe([self](pqxx::connection& c) { self->pay_debt(c); }, "release of " + st_->what());
 }
 
 /// On the I/O thread: sends the release end() owes, if it still does.
@@ -475,7 +503,9 @@ void LockHold::run_callback(std::uint64_t gen, Callback which, SteadyClock::time
         {
             MutexLock lock(self->m_);
             if (gen != self->gen_) return;
-            cb = self->callback(which, deadline);
+            // A spent on_lost runs once, however often its run was asked for.
+            cb = which == Callback::lost && self->lost_once_ ? std::exchange(self->on_lost_, nullptr)
+                                                              : self->callback(which, deadline);
             if (!cb) return;
             self->running_.enter(self->m_);
         }
@@ -526,14 +556,29 @@ bool LockHold::regrant(const std::function<void(HoldStatements&)>& change) {
     return true;
 }
 
-void LockHold::set_on_lost(std::function<void()> cb) {
-    MutexLock lock(m_);
-    on_lost_ = std::move(cb);
+void LockHold::set_on_lost(std::function<void()> cb, bool at_once) {
+    std::uint64_t gen;
+    {
+        MutexLock lock(m_);
+        on_lost_ = std::move(cb);
+        lost_once_ = at_once;
+        if (!at_once || !(phase_ == Phase::lost || (phase_ == Phase::held && SteadyClock::now() >= deadline_))) return;
+        gen = gen_;
+    }
+    run_callback(gen, Callback::lost);
 }
 
-void LockHold::set_on_suspended(std::function<void(SteadyClock::time_point)> cb) {
-    MutexLock lock(m_);
-    on_suspended_ = std::move(cb);
+void LockHold::set_on_suspended(std::function<void(SteadyClock::time_point)> cb, bool at_once) {
+    std::uint64_t gen;
+    SteadyClock::time_point deadline;
+    {
+        MutexLock lock(m_);
+        on_suspended_ = std::move(cb);
+        if (!at_once || phase_ != Phase::held || !suspended_ || SteadyClock::now() >= deadline_) return;
+        gen = gen_;
+        deadline = deadline_;
+    }
+    run_callback(gen, Callback::suspended, deadline);
 }
 
 void LockHold::set_on_resumed(std::function<void()> cb) {

@@ -86,6 +86,17 @@ public:
     [[nodiscard]] virtual bool check_on_notify() const { return false; }
     /// What the lock is called in messages ("read-write lock catalog").
     [[nodiscard]] virtual std::string what() const = 0;
+    /// Whether an attempt's error `e` (not a setup mistake of the
+    /// connection's) ends the wait, thrown by take(); else it is tried again
+    /// soon, or (`once`) the lock is refused. Default: a setup mistake's
+    /// SQLSTATE (permanent_sqlstate) or not a simba::Error.
+    [[nodiscard]] virtual bool final_error(const std::exception_ptr& e, bool once) const;
+    /// How soon a statement that failed on a live connection (an attempt,
+    /// a renewal) is sent again; `standard`: FactoryOptions::retry_delay,
+    /// at most a quarter of the ttl, at least 10 ms.
+    [[nodiscard]] virtual SteadyClock::duration retry_delay(SteadyClock::duration standard) const {
+        return standard;
+    }
 };
 
 class LockHold final : public SessionHolder, public std::enable_shared_from_this<LockHold> {
@@ -104,13 +115,17 @@ public:
     void begin(std::function<void(std::exception_ptr)> done, bool once = false) EXCLUDES(m_);
     /// begin(), then waits until held (true), refused (once: false), or
     /// `deadline` (false, the wait ended); throws what done() got.
-    bool take(SteadyClock::time_point deadline, bool once = false) EXCLUDES(m_);
+    /// `answer_first`: the deadline ends the wait only once an attempt was
+    /// answered (a semaphore's acquire tries at least once, whatever its
+    /// timeout).
+    bool take(SteadyClock::time_point deadline, bool once = false, bool answer_first = false) EXCLUDES(m_);
     /// Ends the wait or the hold and waits for the server's release (a
     /// statement on the I/O thread): true if a live hold was released. A
     /// waiting begin() gets CancelledError. Idle: false, nothing sent.
     /// Callbacks that already started are waited for (unless on this
-    /// thread): none runs after end() returned.
-    bool end() EXCLUDES(m_);
+    /// thread): none runs after end() returned. `wait` false: the release
+    /// is sent, owed if it fails, but not waited for; false then.
+    bool end(bool wait = true) EXCLUDES(m_);
     /// Runs `change(statements)` and then one attempt, on the I/O thread, for
     /// the hold held now (a read-write lock's downgrade): true if it answers
     /// with the same fence and grant, and the hold goes on under its new
@@ -129,8 +144,12 @@ public:
     [[nodiscard]] std::string held_by() const EXCLUDES(m_);
 
     /// The locker's callbacks (any thread; each replaces the last).
-    void set_on_lost(std::function<void()> cb) EXCLUDES(m_);
-    void set_on_suspended(std::function<void(SteadyClock::time_point)> cb) EXCLUDES(m_);
+    /// `at_once` (a permit's callbacks): also now, on the handle thread, if
+    /// the hold is lost already (its deadline passed) or, for on_suspended,
+    /// suspended now; and on_lost is spent when it runs (it runs once; one
+    /// set after a loss runs at once).
+    void set_on_lost(std::function<void()> cb, bool at_once = false) EXCLUDES(m_);
+    void set_on_suspended(std::function<void(SteadyClock::time_point)> cb, bool at_once = false) EXCLUDES(m_);
     void set_on_resumed(std::function<void()> cb) EXCLUDES(m_);
 
     // SessionHolder (I/O thread, io_m held)
@@ -153,6 +172,7 @@ private:
     void suspend();
     void lose(std::uint64_t gen, const std::string& why);
     void pay_debt(pqxx::connection& c);
+    void release_failed(const std::string& why);
     void watch(std::uint64_t gen, SteadyClock::time_point at);
     std::function<void()> callback(Callback which, SteadyClock::time_point deadline) const REQUIRES(m_);
     void run_callback(std::uint64_t gen, Callback which, SteadyClock::time_point deadline = {});
@@ -172,6 +192,8 @@ private:
     std::function<void()> on_resumed_ GUARDED_BY(m_);
     RunningCallback running_;  // its state under m_ too
     Phase phase_ GUARDED_BY(m_) = Phase::idle;
+    bool lost_once_ GUARDED_BY(m_) = false;  // on_lost is spent when it runs (set_on_lost's at_once)
+    bool answered_ GUARDED_BY(m_) = false;  // an attempt of this wait was answered (refused, or failed)
     std::uint64_t gen_ GUARDED_BY(m_) = 0;  // the wait or hold tasks belong to
     bool once_ GUARDED_BY(m_) = false;
     bool in_session_ GUARDED_BY(m_) = false;

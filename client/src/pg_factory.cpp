@@ -50,7 +50,7 @@
 #include "factory_options.hpp"
 #include "holder_ids.hpp"
 #include "listen_inbox.hpp"
-#include "notify_counts.hpp"
+#include "notify_subscribers.hpp"
 #include "pg_io.hpp"
 #include "service_events.hpp"
 #include "simba/errors.hpp"
@@ -229,12 +229,6 @@ struct ContendServiceFactory::Core final : detail::Io {
         return executor.post_at(at, std::move(fn));
     }
 
-    void watch(const std::string& name) override { notify_counts.watch(name); }
-    void unwatch(const std::string& name) override { notify_counts.unwatch(name); }
-    std::uint64_t notifications(const std::string& name) override { return notify_counts.count(name); }
-    bool wait_notification(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) override {
-        return notify_counts.wait_change(name, seen, until);
-    }
     SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
     SteadyClock::duration retry_delay() const override { return options.retry_delay; }
     std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) override {
@@ -393,9 +387,8 @@ struct ContendServiceFactory::Core final : detail::Io {
     FactoryMetrics metrics;
     Contention contention;  // I/O state: io_m
     TaskQueue tasks;        // I/O thread only
-    NotifyCounts notify_counts;  // per watched name (detail::Io::watch)
     NotifySubscribers subscribers;  // detail::Io::subscribe
-    ListenInbox inbox{connections, contention, notify_counts, subscribers};  // I/O thread
+    ListenInbox inbox{connections, contention, subscribers};  // I/O thread
 
     HolderIds ids;          // detail::Io::reserve_ids
     CommandQueue commands;  // from other threads

@@ -65,16 +65,6 @@ public:
     virtual bool handle(std::function<void()> fn) = 0;
     virtual bool handle_at(SteadyClock::time_point at, std::function<void()> fn) = 0;
 
-    /// Counts `NOTIFY simba, name` from now until the matching unwatch()
-    /// (watches nest); nothing is kept for a name nobody watches.
-    virtual void watch(const std::string& name) = 0;
-    virtual void unwatch(const std::string& name) = 0;
-    /// How many `NOTIFY simba, name` arrived while it was watched.
-    virtual std::uint64_t notifications(const std::string& name) = 0;
-    /// Waits until notifications(name) differs from `seen`, or `until`.
-    /// Returns true if a notification arrived.
-    virtual bool wait_notification(const std::string& name, std::uint64_t seen,
-                                   SteadyClock::time_point until) = 0;
     /// Anyone may NOTIFY: no retry for one sooner than this after the last
     /// try (FactoryOptions::notify_min_interval).
     [[nodiscard]] virtual SteadyClock::duration notify_min_interval() const = 0;

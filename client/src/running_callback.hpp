@@ -1,6 +1,6 @@
-// simba client (internal): the callback of a permit or of a locker's hold
-// that may be running on the handle thread. release() and end() wait for it
-// (unless called from inside it), so none runs after they returned.
+// simba client (internal): the callback of a LockHold (a permit's or a
+// locker's hold) that may be running on the handle thread. end() waits for
+// it (unless called from inside it), so none runs after it returned.
 #pragma once
 
 #include <functional>

@@ -20,9 +20,9 @@
 
 namespace simba::pg::detail {
 
-/// What a session keeps alive besides services' tenures: a semaphore's
-/// permit (semaphore.cpp), a SharedLocker's or MultiLocker's hold
-/// (lock_hold.cpp). Called on the I/O thread with io_m held: quick,
+/// What a session keeps alive besides services' tenures: a LockHold
+/// (lock_hold.cpp), the hold of a semaphore's permit, a SharedLocker or a
+/// MultiLocker. Called on the I/O thread with io_m held: quick,
 /// no statements.
 class SessionHolder {
 public:
@@ -52,7 +52,7 @@ struct SessionLease {
     SessionProof proof;  // the open or keepalive that last proved it; proof.id empty: none open
     SteadyClock::time_point next_at = SteadyClock::time_point::max();  // its keepalive is due (max: none open)
     std::unordered_set<ServicePtr> members;  // the running services of this lease length
-    std::unordered_set<HolderPtr> holders;   // the permits held under it
+    std::unordered_set<HolderPtr> holders;   // the holds (permits, lockers') held under it
 
     [[nodiscard]] bool is_open() const { return !proof.id.empty(); }
     [[nodiscard]] bool unused() const { return members.empty() && holders.empty(); }

@@ -1,10 +1,8 @@
 // simba client (internal): what a factory does with the `NOTIFY simba, name`
-// it hears besides waking its services. NotifyCounts: how many arrived for
-// the names someone waits on (the semaphore's acquire()); a name is counted
-// from its first watch() to its last unwatch(), nothing is kept for names
-// nobody watches. NotifySubscribers: callbacks on the I/O thread for the
-// names of the SharedLockers' and MultiLockers' holds (lock_hold.hpp), told
-// whether it was only their own registration taking effect.
+// it hears besides waking its services. NotifySubscribers: callbacks on the
+// I/O thread for the names of the holds of SharedLockers, MultiLockers and
+// semaphore permits (lock_hold.hpp), told whether it was only their own
+// registration taking effect.
 #pragma once
 
 #include <algorithm>
@@ -15,58 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "simba/clock.hpp"
 #include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
-
-class NotifyCounts {
-public:
-    void watch(const std::string& name) {
-        MutexLock lock(m_);
-        ++counts_[name].watchers;
-    }
-    void unwatch(const std::string& name) {
-        MutexLock lock(m_);
-        auto it = counts_.find(name);
-        if (it != counts_.end() && --it->second.watchers <= 0) counts_.erase(it);
-    }
-    [[nodiscard]] std::uint64_t count(const std::string& name) const {
-        MutexLock lock(m_);
-        auto it = counts_.find(name);
-        return it == counts_.end() ? 0 : it->second.count;
-    }
-    /// Waits until count(name) differs from `seen`, or `until`; true if it does.
-    bool wait_change(const std::string& name, std::uint64_t seen, SteadyClock::time_point until) {
-        UniqueLock lock(m_);
-        for (;;) {
-            auto it = counts_.find(name);
-            if (it != counts_.end() && it->second.count != seen) return true;
-            if (SteadyClock::now() >= until) return false;
-            cv_.wait_until(lock, until);
-        }
-    }
-    /// NOTIFYs received: counts the watched names among them, wakes waiters.
-    void add(const std::vector<std::string>& names) {
-        {
-            MutexLock lock(m_);
-            for (auto& name : names) {
-                auto it = counts_.find(name);
-                if (it != counts_.end()) ++it->second.count;
-            }
-        }
-        cv_.notify_all();
-    }
-
-private:
-    struct Entry {
-        std::uint64_t count = 0;
-        int watchers = 0;
-    };
-    mutable Mutex m_;
-    CondVar cv_;
-    std::unordered_map<std::string, Entry> counts_ GUARDED_BY(m_);
-};
 
 /// Its own mutex (a leaf): subscribe() and unsubscribe() come from any
 /// thread; heard() from the I/O thread while it reads the LISTEN
