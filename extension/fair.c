@@ -181,6 +181,16 @@ typedef struct Place
 	Head		next;			/* when has_next; its values are SPI's, valid until SPI_finish */
 } Place;
 
+/* Inside SPI, after a statement that returned `rows`: its first row's first column, a boolean, is true. */
+static bool
+first_bool(uint64 rows)
+{
+	bool		isnull;
+
+	return rows == 1 && DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+		!isnull;
+}
+
 static Place
 read_place(FunctionCallInfo fcinfo, Datum mutex, Datum contender, const SimbaCaller *caller, TimestampTz t,
 		   TimestampTz origin)
@@ -247,7 +257,6 @@ fair_take(void *arg)
 	Datum	   *args = f->args;
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
 	bool		holds;
-	bool		unknown;
 
 	/* Under a session, its row first (as simba_acquire): a tenure taken lives with it. */
 	simba_mutex_join_session(fcinfo, 4, f->caller, args, f->nulls);
@@ -257,7 +266,7 @@ fair_take(void *arg)
 		f->caller->sysid},
 						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 0)
 		simba_execute(fcinfo, &row_insert, args, NULL, 0);
-	holds = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
+	holds = first_bool(1);
 	f->place = read_place(fcinfo, args[0], args[1], f->caller, DatumGetTimestampTz(args[2]), origin);
 	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
 	if (!(holds || f->place.ahead == 0) || !simba_mutex_take(fcinfo, args, f->nulls, &f->owner))
@@ -273,14 +282,12 @@ static bool
 held_under_session(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *args)
 {
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
-	bool		unknown;
 
 	return !PG_ARGISNULL(4) &&
-		simba_execute(fcinfo, &held_select,
-					  (Datum[]) {args[0], args[1], args[2], args[8], caller->role, caller->roleid, caller->sysid,
-		PG_GETARG_DATUM(4)},
-					  (char[]) {' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 1 &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
+		first_bool(simba_execute(fcinfo, &held_select,
+								 (Datum[]) {args[0], args[1], args[2], args[8], caller->role, caller->roleid,
+			caller->sysid, PG_GETARG_DATUM(4)},
+								 (char[]) {' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1));
 }
 
 /*
@@ -297,7 +304,6 @@ static bool
 loses_unlocked(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *args, Place *place)
 {
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
-	bool		unknown;
 
 	*place = read_place(fcinfo, args[0], args[1], caller, DatumGetTimestampTz(args[2]), origin);
 	if (!place->queued && place->ahead == 0)
@@ -307,10 +313,10 @@ loses_unlocked(FunctionCallInfo fcinfo, const SimbaCaller *caller, Datum *args, 
 					  (Datum[]) {PG_GETARG_DATUM(4), caller->role, caller->roleid, caller->sysid, args[2], args[8]},
 					  (char[]) {' ', ' ', ' ', ' ', ' ', SIMBA_ORIGIN_NULL(origin)}, 1) != 1)
 		return false;
-	return simba_execute(fcinfo, &held_by_other,
-						 (Datum[]) {args[0], args[2], args[8], args[1], caller->role, caller->roleid, caller->sysid},
-						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 1 &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &unknown)) && !unknown;
+	return first_bool(simba_execute(fcinfo, &held_by_other,
+									(Datum[]) {args[0], args[2], args[8], args[1], caller->role, caller->roleid,
+		caller->sysid},
+									(char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1));
 }
 
 Datum
