@@ -173,8 +173,9 @@ void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
 }
 
 /// A NOTIFY named the lock: a waiting attempt goes now, at most once per
-/// notify_min_interval (anyone may NOTIFY, in a loop); a held multi-lock
-/// checks itself the same way (an operator may have taken a member).
+/// notify_min_interval (anyone may NOTIFY, in a loop: notify_gate.hpp, as
+/// the services); a held multi-lock checks itself the same way (an
+/// operator may have taken a member).
 void LockHold::notified(bool registered) {
     const auto now = SteadyClock::now();
     std::uint64_t gen;
@@ -190,9 +191,9 @@ void LockHold::notified(bool registered) {
         } else {
             if (phase_ != Phase::waiting && !(phase_ == Phase::held && st_->check_on_notify())) return;
             gen = gen_;
-            at = std::max(now, notified_at_ + io_->notify_min_interval());
-            if (at >= next_at_) return;
-            notified_at_ = at;
+            const auto admitted = notify_.admit(now, next_at_, io_->notify_min_interval());
+            if (!admitted) return;
+            at = *admitted;
         }
     }
     step_at(gen, at);

@@ -1,12 +1,12 @@
-// simba client (internal): how far a NOTIFY may bring a service's next
-// attempt forward. NOTIFY channels have no privileges: any role that can
-// connect may send `NOTIFY simba, '<name>'`, as often as it likes. So a
-// NOTIFY is only a hint: it brings the next attempt forward to now, but
-// never to less than `interval` after the last attempt a NOTIFY brought
-// forward, and NOTIFYs that arrive while such an attempt is pending join
-// it. A storm of them costs each service at most one attempt per interval;
-// a real release or forced release, heard during one, waits at most that
-// long. An attempt that saw the mutex change hands proves a release was
+// simba client (internal): how far a NOTIFY may bring the next attempt of a
+// service or a lock hold (lock_hold.hpp) forward. NOTIFY channels have no
+// privileges: any role that can connect may send `NOTIFY simba, '<name>'`, as
+// often as it likes. So a NOTIFY is only a hint: it brings the next attempt
+// forward to now, but never to less than `interval` after the last attempt a
+// NOTIFY brought forward, and NOTIFYs that arrive while such an attempt is
+// pending join it. A storm of them costs each service at most one attempt per
+// interval; a real release or forced release, heard during one, waits at most
+// that long. An attempt that saw the mutex change hands proves a release was
 // news: the next NOTIFY may act at once again, so back-to-back releases of a
 // busy mutex are not slowed (only granted roles can change hands). For a
 // waiter, so may a second one within an interval: the attempt that saw the
