@@ -175,7 +175,9 @@ announced_kill_and_take() { # locks session
   kill "$waiter_pid" 2>/dev/null || true
   q -d $db -c "TRUNCATE taken"
   t0=$(q -d $db -c "SELECT clock_timestamp()")
-  coproc taker { /usr/bin/python3 bench/lapse_waiter.py take --dsn "dbname=$db" --session "$2" --timeout 60 \
+  # 60 s and 1 s per 5,000 locks to take (1,000,000 took longer than 60 s at 10,000,000 live)
+  coproc taker { /usr/bin/python3 bench/lapse_waiter.py take --dsn "dbname=$db" --session "$2" \
+    --timeout $((60 + $1 / PROCS / 5000)) \
     --names-from "SELECT 'lock-' || i FROM generate_series(0, $1 - 1, $PROCS) i" 2>&1; }
   read -r ready <&"${taker[0]}"
   [ "$ready" = ready ] || { echo "lapse_waiter: $ready" >&2; exit 1; }
