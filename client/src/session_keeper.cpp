@@ -1,5 +1,8 @@
 #include "session_keeper.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "simba/log.hpp"
 
 namespace simba::pg::detail {
@@ -24,7 +27,6 @@ void SessionKeeper::open(SessionLease& l) {
     Sessions::open(conn_.stmt(), l);
     log(LogLevel::debug, "opened session " + l.proof.id);
 }
-
 
 /// One keepalive renews every tenure under the session. A session no
 /// running service uses is closed instead.

@@ -281,10 +281,12 @@ std::uint64_t released_of(const simba::Metrics& m, const std::string& prefix) {
 }  // namespace
 
 // Lockers destroyed one after another hand their releases to the factory,
-// which sends those owed at the same moment in one statement (issue 39,
-// item 4: 10,000 destroyed took 16-38 s, a commit each): far fewer release
-// statements than Lockers, every mutex free on the server, each release
-// counted in the Locker's metrics.
+// which sends those posted while its I/O thread is busy in one statement
+// (issue 39, item 4: 10,000 destroyed took 16-38 s, a commit each): every
+// mutex free on the server, each release counted in the Locker's metrics.
+// The first release waits on a row lock held here, so the I/O thread is
+// busy while the other 499 are posted whatever the scheduling: at most two
+// statements (left to timing, a loaded machine saw 165).
 TEST(LockerDestruction, LockersDestroyedInARowReleaseTogether) {
     auto db = admin();
     simba::pg::ContendServiceFactory factory("", test_options("destroy-row"));
@@ -298,9 +300,13 @@ TEST(LockerDestruction, LockersDestroyedInARowReleaseTogether) {
     }
     ASSERT_EQ(held_on_server(*db, prefix), n);
     const auto m0 = factory.metrics();
+    auto blocker = admin();
+    pqxx::work hold_first(*blocker);
+    hold_first.exec_params("SELECT 1 FROM simba_mutex WHERE mutex = $1 FOR UPDATE", prefix + "-0");
     const auto t0 = SteadyClock::now();
     lockers.clear();
     const auto took = duration_cast<milliseconds>(SteadyClock::now() - t0);
+    hold_first.commit();
     ASSERT_TRUE(eventually([&] { return released_of(factory.metrics(), prefix) == static_cast<std::uint64_t>(n); }, 10s))
         << "every release sent and confirmed";
     const auto m1 = factory.metrics();
@@ -308,7 +314,7 @@ TEST(LockerDestruction, LockersDestroyedInARowReleaseTogether) {
     std::printf("%d Lockers destroyed in %lld ms; their releases went out in %llu statements\n", n,
                 static_cast<long long>(took.count()), static_cast<unsigned long long>(statements));
     EXPECT_EQ(m1.release_calls - m0.release_calls, static_cast<std::uint64_t>(n));
-    EXPECT_LT(statements, static_cast<std::uint64_t>(n / 4));
+    EXPECT_LE(statements, 2u);
     EXPECT_EQ(held_on_server(*db, prefix), 0);
 }
 
