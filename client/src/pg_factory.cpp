@@ -15,18 +15,19 @@
 // deadline = boot-clock time the granting request was SENT
 //            + (transition_at - current_at) from its reply - margin.
 //
-// Locking: Core::io_m guards the I/O state (Connections, Contention): the
-// I/O thread holds it except while it sleeps in poll(), and a thread calling
-// start_and_wait() or stop() takes it to do that service's round trip
-// itself. ServiceCore::m guards a service's ownership state and pending
-// callbacks; the Executor's mutex its queues; CommandQueue's the command
-// queue; HolderIds' the ids alive; the StatementWatchdog's the statement in flight; FactoryMetrics'
-// the services behind the gauges; ServiceRegistry's names_m the NOTIFY
-// filter; NotifySubscribers' the lockers' NOTIFY callbacks (a leaf: no
-// callback runs under it); Connections' state_m connected(). Lock order: io_m ->
-// ServiceCore::m -> Executor, io_m -> StatementWatchdog -> Executor, io_m ->
-// names_m, FactoryMetrics -> ServiceCore::m; the rest are leaves. No thread
-// holds a lock while running a callback. docs/design.md, "Client".
+// Locking: Core::io_m guards the I/O state (Connections, Contention): the I/O
+// thread holds it except while it sleeps in poll(), and a thread calling
+// start_and_wait() or stop() takes it to do that service's round trip itself.
+// ServiceCore::m guards a service's ownership state and pending callbacks;
+// the Executor's mutex its queues; CommandQueue's the command queue;
+// HolderIds' the ids alive; the StatementWatchdog's the statement in flight;
+// FactoryMetrics' the services behind the gauges; ServiceRegistry's names_m
+// the NOTIFY filter; NotifySubscribers' the lockers' NOTIFY callbacks (a
+// leaf: no callback runs under it); Connections' state_m connected(). Lock
+// order: io_m -> ServiceCore::m -> Executor, io_m -> StatementWatchdog ->
+// Executor, io_m -> names_m, FactoryMetrics -> ServiceCore::m; the rest are
+// leaves. No thread holds a lock while running a callback. docs/design.md,
+// "Client".
 
 #include <poll.h>
 
