@@ -256,17 +256,18 @@ fair_take(void *arg)
 	FunctionCallInfo fcinfo = f->fcinfo;
 	Datum	   *args = f->args;
 	TimestampTz origin = DatumGetTimestampTz(args[8]);
+	uint64		rows;
 	bool		holds;
 
 	/* Under a session, its row first (as simba_acquire): a tenure taken lives with it. */
 	simba_mutex_join_session(fcinfo, 4, f->caller, args, f->nulls);
 	/* The mutex row, locked (made on first use): one fair decision at a time. */
-	while (simba_execute(fcinfo, &row_lock,
-						 (Datum[]) {args[0], args[2], args[8], args[1], f->caller->role, f->caller->roleid,
+	while ((rows = simba_execute(fcinfo, &row_lock,
+								 (Datum[]) {args[0], args[2], args[8], args[1], f->caller->role, f->caller->roleid,
 		f->caller->sysid},
-						 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1) == 0)
+								 (char[]) {' ', ' ', SIMBA_ORIGIN_NULL(origin), ' ', ' ', ' ', ' '}, 1)) == 0)
 		simba_execute(fcinfo, &row_insert, args, NULL, 0);
-	holds = first_bool(1);
+	holds = first_bool(rows);
 	f->place = read_place(fcinfo, args[0], args[1], f->caller, DatumGetTimestampTz(args[2]), origin);
 	/* The holder renews; the head (or anyone, with nobody queued ahead) takes a free mutex. */
 	if (!(holds || f->place.ahead == 0) || !simba_mutex_take(fcinfo, args, f->nulls, &f->owner))
