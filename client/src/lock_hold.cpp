@@ -482,11 +482,12 @@ void LockHold::watch(std::uint64_t gen, SteadyClock::time_point at) {
     });
 }
 
-/// The locker's callback `which` as set now (an empty function: none);
-/// on_suspended's gets `deadline`.
-std::function<void()> LockHold::callback(Callback which, SteadyClock::time_point deadline) const {
+/// The callback `which` as set now (an empty function: none); a permit's
+/// on_lost is spent by it; on_suspended's gets `deadline`.
+std::function<void()> LockHold::callback(Callback which, SteadyClock::time_point deadline) {
     switch (which) {
-        case Callback::lost: return on_lost_;
+        // A spent on_lost (a permit's) runs once, however often its run was asked for.
+        case Callback::lost: return lost_once_ ? std::exchange(on_lost_, nullptr) : on_lost_;
         case Callback::resumed: return on_resumed_;
         case Callback::suspended:
             if (!on_suspended_) return {};
@@ -504,9 +505,7 @@ void LockHold::run_callback(std::uint64_t gen, Callback which, SteadyClock::time
         {
             MutexLock lock(self->m_);
             if (gen != self->gen_) return;
-            // A spent on_lost runs once, however often its run was asked for.
-            cb = which == Callback::lost && self->lost_once_ ? std::exchange(self->on_lost_, nullptr)
-                                                              : self->callback(which, deadline);
+            cb = self->callback(which, deadline);
             if (!cb) return;
             self->running_.enter(self->m_);
         }

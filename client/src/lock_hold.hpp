@@ -175,7 +175,7 @@ private:
     void pay_debt(pqxx::connection& c);
     void release_failed(const std::string& why);
     void watch(std::uint64_t gen, SteadyClock::time_point at);
-    std::function<void()> callback(Callback which, SteadyClock::time_point deadline) const REQUIRES(m_);
+    std::function<void()> callback(Callback which, SteadyClock::time_point deadline) REQUIRES(m_);
     void run_callback(std::uint64_t gen, Callback which, SteadyClock::time_point deadline = {});
     SteadyClock::duration retry_delay() const;
 
