@@ -96,6 +96,9 @@ simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 	return PG_GETARG_INT64(argno);
 }
 
+/* simba.max_lease, in seconds: the longest ttl + transition, or permit ttl. */
+int			simba_max_lease = 7 * 24 * 3600;
+
 void
 simba_check_lease(int64 ttl, int64 transition)
 {

@@ -257,7 +257,7 @@ check_origin(void)
 }
 
 /*
- * XACT_EVENT_PRE_COMMIT (module.c): a transaction that wrote while using
+ * XACT_EVENT_PRE_COMMIT (enter.c): a transaction that wrote while using
  * the origin commits only if the origin is still the file's. One stat().
  */
 void

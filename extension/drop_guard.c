@@ -131,6 +131,9 @@ drops_simba(Node *parsetree, Oid schema)
 		names(drop->objects, get_namespace_name(schema));
 }
 
+/* simba.drop_live_leases: let DROP EXTENSION go ahead over live leases. */
+bool		simba_drop_live_leases = false;
+
 Datum
 simba_drop_guard(PG_FUNCTION_ARGS)
 {

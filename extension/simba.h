@@ -1,7 +1,7 @@
 /*
  * simba.h — what every file of the extension shares: the limits and the
  * SQLSTATEs simba raises, the plan runner (execute.c), the caller and the
- * entry check with the settings (module.c), and the argument checks
+ * entry check (enter.c), the settings, and the argument checks
  * (args.c). Each subsystem has a header of its own beside its file:
  * clock.h, session.h, mutex.h, history.h, wake.h, gc.h, rows.h.
  */
@@ -128,7 +128,12 @@ extern int64 simba_int64_arg(FunctionCallInfo fcinfo, int argno, const char *wha
 /* Raises 22023 when a lease of ttl + transition is longer than simba.max_lease. */
 extern void simba_check_lease(int64 ttl, int64 transition);
 
-/* The settings (module.c): simba.history logs changes of hands (history.c). */
+/*
+ * Settings that _PG_init defines (module.c), each kept beside its reader:
+ * simba.history logs changes of hands (history.c), simba.max_lease bounds
+ * a lease (args.c), simba.drop_live_leases lets DROP EXTENSION go ahead
+ * over live leases (drop_guard.c).
+ */
 extern bool simba_history;
 extern int	simba_max_lease;
 extern bool simba_drop_live_leases;

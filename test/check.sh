@@ -2,7 +2,8 @@
 # `make check`: the inner loop. Builds and installs the extension, builds the
 # client's unit tests (fake clocks, no server), and runs them and the Python
 # client's (python/tests/test_lease.py: the deadline rule) with the
-# pg_regress and isolation suites (test/pg-suites.sh) on a throwaway cluster
+# extension's call-graph check (test/check-call-graph.sh) and the pg_regress
+# and isolation suites (test/pg-suites.sh) on a throwaway cluster
 # (test/with-cluster.sh). About 2 minutes once built; `make test` runs
 # everything else too.
 set -euo pipefail
@@ -24,6 +25,7 @@ if [ "${1:-}" != --suites ]; then
 fi
 
 rc=0
+test/check-call-graph.sh || rc=1
 ctest --test-dir build -L unit --output-on-failure -j2 || rc=1
 /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests/test_lease.py || rc=1
 test/pg-suites.sh || rc=1

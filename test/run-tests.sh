@@ -98,6 +98,8 @@ nice -n 19 cmake --build build -j2 >"$bg_log/client" 2>&1 & client_build=$!
 run_pg_suite version test/check-version.sh
 # every relative link and #anchor of the markdown resolves (test/check-docs.sh)
 run_pg_suite docs test/check-docs.sh
+# the extension's files call each other without a cycle (from the objects built above)
+run_pg_suite call-graph test/check-call-graph.sh
 # pg_regress (test/sql/) and isolation (test/specs/), several runs at once, each
 # in a database of its own (test/pg-suites.sh; make check runs them too)
 # Beside them, as they mostly wait on leases: the same suites against the
