@@ -10,7 +10,7 @@
 #include <queue>
 #include <vector>
 
-#include "service_core.hpp"
+#include "service_state.hpp"
 
 namespace simba::pg::detail {
 
@@ -30,7 +30,7 @@ private:
     struct Timer {
         SteadyClock::time_point at;
         std::uint64_t seq;
-        std::weak_ptr<ServiceCore> svc;  // a stopped, destroyed service is not kept alive
+        std::weak_ptr<ServiceState> svc;  // a stopped, destroyed service is not kept alive
         std::uint64_t gen;
         /// The service if this timer is still current.
         ServicePtr live() const {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "service_core.hpp"
+#include "service_state.hpp"
 #include "thread_annotations.hpp"
 
 namespace simba::pg::detail {

@@ -10,7 +10,7 @@ void FactoryMetrics::track(const ServicePtr& svc) {
     MutexLock lock(m_);
     if (services_.size() >= prune_at_) {  // drop destroyed services, amortized O(1)
         services_.erase(std::remove_if(services_.begin(), services_.end(),
-                                       [](const std::weak_ptr<ServiceCore>& w) { return w.expired(); }),
+                                       [](const std::weak_ptr<ServiceState>& w) { return w.expired(); }),
                         services_.end());
         prune_at_ = std::max<std::size_t>(64, 2 * services_.size());
     }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "metrics_cell.hpp"
-#include "service_core.hpp"
+#include "service_state.hpp"
 #include "simba/metrics.hpp"
 #include "thread_annotations.hpp"
 
@@ -44,10 +44,10 @@ private:
     std::atomic<std::uint64_t> statements_{0}, calls_{0}, session_statements_{0};
     std::atomic<std::uint64_t> release_statements_{0}, release_calls_{0};
     // Services for the gauges (weak: a destroyed one is pruned). Lock order:
-    // m_ -> ServiceCore::m, in prose until ServiceCore::m is an annotated
+    // m_ -> ServiceState::m, in prose until ServiceState::m is an annotated
     // Mutex (ACQUIRED_BEFORE needs one).
     Mutex m_;
-    std::vector<std::weak_ptr<ServiceCore>> services_ GUARDED_BY(m_);
+    std::vector<std::weak_ptr<ServiceState>> services_ GUARDED_BY(m_);
     std::size_t prune_at_ GUARDED_BY(m_) = 64;
 };
 

@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "connections.hpp"
-#include "contention.hpp"
+#include "service_driver.hpp"
 #include "notify_subscribers.hpp"
 
 namespace simba::pg::detail {
 
 class ListenInbox {
 public:
-    ListenInbox(Connections& connections, Contention& contention, NotifySubscribers& holds)
-        : conn_(connections), contention_(contention), holds_(holds) {}
+    ListenInbox(Connections& connections, ServiceDriver& driver, NotifySubscribers& holds)
+        : conn_(connections), driver_(driver), holds_(holds) {}
 
     /// Steps the LISTEN connection (`revents`: poll()'s for its socket)
     /// and keeps what concerns us; false if the connection failed.
@@ -34,7 +34,7 @@ public:
 
 private:
     Connections& conn_;
-    Contention& contention_;
+    ServiceDriver& driver_;
     NotifySubscribers& holds_;
     bool heard_ = false;                   // a hold's subscription heard one: to run
     std::vector<std::string> notified_;    // NOTIFYs of our mutexes

@@ -173,7 +173,7 @@ void LockHold::step_at(std::uint64_t gen, SteadyClock::time_point at) {
 }
 
 /// A NOTIFY named the lock: a waiting attempt goes now, at most once per
-/// notify_min_interval (anyone may NOTIFY, in a loop: notify_gate.hpp, as
+/// notify_min_interval (anyone may NOTIFY, in a loop: notify_throttle.hpp, as
 /// the services); a held multi-lock checks itself the same way (an
 /// operator may have taken a member).
 void LockHold::notified(bool registered) {

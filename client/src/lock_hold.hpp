@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "notify_gate.hpp"
+#include "notify_throttle.hpp"
 #include "pg_io.hpp"
 #include "running_callback.hpp"
 #include "sessions.hpp"
@@ -204,7 +204,7 @@ private:
     SteadyClock::time_point deadline_ GUARDED_BY(m_) = {};
     std::function<void(std::exception_ptr)> done_ GUARDED_BY(m_);
     SteadyClock::time_point next_at_ GUARDED_BY(m_) = SteadyClock::time_point::max();  // the next attempt or renewal (I/O)
-    NotifyGate notify_ GUARDED_BY(m_);  // how soon a NOTIFY may bring the next attempt
+    NotifyThrottle notify_ GUARDED_BY(m_);  // how soon a NOTIFY may bring the next attempt
     std::string held_by_ GUARDED_BY(m_);
 };
 

@@ -3,7 +3,7 @@
 //
 // Threads (per factory, whatever the number of services):
 //  - the I/O thread owns both connections (connections.*): it sends the
-//    services' attempts from a timer queue (contention.*, attempt_queue.*),
+//    services' attempts from a timer queue (driver.*, attempt_queue.*),
 //    hears NOTIFY simba on the LISTEN connection while it sleeps in poll(),
 //    and runs start/stop commands and timed tasks (semaphore refreshes).
 //  - the handle thread (executor.*) runs the contenders' callbacks in order
@@ -15,17 +15,17 @@
 // deadline = boot-clock time the granting request was SENT
 //            + (transition_at - current_at) from its reply - margin.
 //
-// Locking: Core::io_m guards the I/O state (Connections, Contention): the I/O
+// Locking: Core::io_m guards the I/O state (Connections, ServiceDriver): the I/O
 // thread holds it except while it sleeps in poll(), and a thread calling
 // start_and_wait() or stop() takes it to do that service's round trip itself.
-// ServiceCore::m guards a service's ownership state and pending callbacks;
+// ServiceState::m guards a service's ownership state and pending callbacks;
 // the Executor's mutex its queues; CommandQueue's the command queue;
 // HolderIds' the ids alive; the StatementWatchdog's the statement in flight;
 // FactoryMetrics' the services behind the gauges; ServiceRegistry's names_m
 // the NOTIFY filter; NotifySubscribers' the lockers' NOTIFY callbacks (a
 // leaf: no callback runs under it); Connections' state_m connected(). Lock
-// order: io_m -> ServiceCore::m -> Executor, io_m -> StatementWatchdog ->
-// Executor, io_m -> names_m, FactoryMetrics -> ServiceCore::m; the rest are
+// order: io_m -> ServiceState::m -> Executor, io_m -> StatementWatchdog ->
+// Executor, io_m -> names_m, FactoryMetrics -> ServiceState::m; the rest are
 // leaves. No thread holds a lock while running a callback. docs/design.md,
 // "Client".
 
@@ -45,7 +45,7 @@
 #include "command_queue.hpp"
 #include "connections.hpp"
 #include "conninfo.hpp"
-#include "contention.hpp"
+#include "service_driver.hpp"
 #include "executor.hpp"
 #include "factory_metrics.hpp"
 #include "factory_options.hpp"
@@ -76,7 +76,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         : options(validated(std::move(o))),
           connections(options, build_conninfo(user_conninfo, options), listen_conninfo_for(user_conninfo, options),
                       watchdog),
-          contention(options, connections, events, metrics, watchdog) {
+          driver(options, connections, events, metrics, watchdog) {
         io = std::thread([this] { io_main(); });
     }
 
@@ -103,7 +103,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     bool post_stop(const std::vector<ServicePtr>& svcs) {
         for (auto& svc : svcs) metrics.keep(svc);  // their releases count in their cells
         const bool posted = commands.post_stop(svcs, [this](const std::vector<ServicePtr>& stops) {
-            contention.stop(stops);
+            driver.stop(stops);
             for (auto& svc : stops) metrics.let_go(svc);
         });
         if (!posted) {
@@ -136,7 +136,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// sleeps past something that is now due earlier (caller holds io_m).
     void wake_if_needed() {
         if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
-        if (!connections.up() || contention.next_due() < poll_until || connections.channels_pending() ||
+        if (!connections.up() || driver.next_due() < poll_until || connections.channels_pending() ||
             connections.names_pending(SteadyClock::now()))
             wake();
     }
@@ -169,7 +169,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             auto lock = lock_io();
             if (!io_done) {
                 run_commands();  // what was posted before (the start() this stops) goes first
-                contention.stop(svcs);
+                driver.stop(svcs);
                 wake_if_needed();  // e.g. the connection was lost
             } else {
                 for (auto& svc : svcs) events.end_locally(svc);  // no callbacks: the handle thread is gone
@@ -207,11 +207,11 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
                           const std::function<bool(const SessionProof*)>& grant) override {
-        return contention.sessions().grant_in_session(holder, grant);
+        return driver.sessions().grant_in_session(holder, grant);
     }
 
     void leave_session(std::shared_ptr<SessionHolder> holder) override {
-        post_io([this, holder = std::move(holder)] { contention.sessions().leave(holder); });
+        post_io([this, holder = std::move(holder)] { driver.sessions().leave(holder); });
     }
 
     bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
@@ -243,7 +243,7 @@ struct ContendServiceFactory::Core final : detail::Io {
 
     void owe(std::function<void(pqxx::connection&)> pay, std::string what) override {
         post_io([this, pay = std::move(pay), what = std::move(what)]() mutable {
-            contention.owe(
+            driver.owe(
                 [this, pay = std::move(pay)](pqxx::connection& c) {
                     auto watch = watchdog.watch(c.sock());
                     pay(c);
@@ -269,14 +269,14 @@ struct ContendServiceFactory::Core final : detail::Io {
         // round trip, the watchdog) before the loop reconnects or waits.
         bool was_up = false;
         auto notice_loss = [&] {
-            if (was_up && !connections.up()) contention.connection_lost();
+            if (was_up && !connections.up()) driver.connection_lost();
             was_up = connections.up();
         };
         for (;;) {
             auto now = SteadyClock::now();
-            if (connections.after_wake(listen_broke, now)) contention.attempt_all(now, true);  // missed NOTIFYs
+            if (connections.after_wake(listen_broke, now)) driver.attempt_all(now, true);  // missed NOTIFYs
             // Lapses no longer announced: waiters that only had a backstop poll attempt now.
-            if (connections.take_unannounced() && connections.up()) contention.attempt_all(now, true);
+            if (connections.take_unannounced() && connections.up()) driver.attempt_all(now, true);
             listen_broke = false;
             connections.probe();  // an idle statement connection the server closed goes now (notice_loss)
             inbox.deliver();
@@ -287,18 +287,18 @@ struct ContendServiceFactory::Core final : detail::Io {
             now = SteadyClock::now();
             if (connections.connect_due(now)) {
                 if (connections.connect(lock)) {
-                    log(LogLevel::info, "connected (" + std::to_string(contention.running()) + " services)");
-                    contention.attempt_all(SteadyClock::now());  // resume
+                    log(LogLevel::info, "connected (" + std::to_string(driver.running()) + " services)");
+                    driver.attempt_all(SteadyClock::now());  // resume
                 } else if (auto e = connections.setup_error()) {
-                    contention.setup_failed(e);
+                    driver.setup_failed(e);
                 }
                 continue;
             }
-            contention.run_due(now);  // one batch, then commands and notifications again
+            driver.run_due(now);  // one batch, then commands and notifications again
             notice_loss();
             now = SteadyClock::now();
             auto until = std::min({now + std::chrono::seconds(1), tasks.next_due(), connections.next_wake()});
-            if (connections.up()) until = std::min(until, contention.next_due());
+            if (connections.up()) until = std::min(until, driver.next_due());
             sleep(lock, now, until, listen_broke);
         }
         // Shutdown: close the sessions (one statement each releases what is
@@ -306,8 +306,8 @@ struct ContendServiceFactory::Core final : detail::Io {
         commands.close();
         run_commands();
         deliver_before_exit(lock);
-        contention.sessions().close_sessions();
-        contention.stop({contention.registry().all().begin(), contention.registry().all().end()});
+        driver.sessions().close_sessions();
+        driver.stop({driver.registry().all().begin(), driver.registry().all().end()});
         connections.drop();
         io_done = true;
     }
@@ -320,14 +320,14 @@ struct ContendServiceFactory::Core final : detail::Io {
     /// (statement_allowance()); on a connection that stayed up they have
     /// their usual deadlines.
     void deliver_before_exit(std::unique_lock<std::mutex>& lock) {
-        if (!contention.unfinished()) return;
+        if (!driver.unfinished()) return;
         connections.probe();
         if (!connections.up() && options.shutdown_timeout.count() > 0) {
             shutdown_by.store(SteadyClock::now() + options.shutdown_timeout);
             log(LogLevel::info, "shutting down with releases or sessions to send: reconnecting once");
             connections.connect_for_shutdown(lock);
         }
-        contention.pay_owed_at_exit();
+        driver.pay_owed_at_exit();
     }
 
     /// How long a statement sent now may take (the watchdog's allowance):
@@ -386,10 +386,10 @@ struct ContendServiceFactory::Core final : detail::Io {
     Connections connections;
     ServiceEvents events{executor};
     FactoryMetrics metrics;
-    Contention contention;  // I/O state: io_m
+    ServiceDriver driver;  // I/O state: io_m
     TaskQueue tasks;        // I/O thread only
     NotifySubscribers subscribers;  // detail::Io::subscribe
-    ListenInbox inbox{connections, contention, subscribers};  // I/O thread
+    ListenInbox inbox{connections, driver, subscribers};  // I/O thread
 
     HolderIds ids;          // detail::Io::reserve_ids
     CommandQueue commands;  // from other threads
@@ -417,8 +417,8 @@ public:
         : MutexContendService(contender), core_(std::move(core)),
           // Not make_shared: the timers and deadline checks of a stopped
           // service hold weak_ptrs until they come due, and must not pin
-          // the whole ServiceCore meanwhile.
-          svc_(new ServiceCore(std::move(contender), options)) {
+          // the whole ServiceState meanwhile.
+          svc_(new ServiceState(std::move(contender), options)) {
         core_->reserve_ids(Io::Names::mutex, {svc_->mutex}, svc_->id);
         core_->metrics.track(svc_);
     }
@@ -449,7 +449,7 @@ protected:
     void start_contend() override {
         auto core = core_;
         auto svc = svc_;
-        if (!core_->post_io([core, svc] { core->contention.start(svc, false); }))
+        if (!core_->post_io([core, svc] { core->driver.start(svc, false); }))
             throw IllegalStateError("the factory of this service has shut down");
     }
 
@@ -457,7 +457,7 @@ protected:
         auto io = core_->lock_io();
         if (core_->io_done) throw IllegalStateError("the factory of this service has shut down");
         core_->run_commands();  // what was posted before (an earlier start()) goes first
-        core_->contention.start(svc_, true);
+        core_->driver.start(svc_, true);
         core_->wake_if_needed();
     }
 
@@ -510,7 +510,7 @@ public:
     static void stop_all(const std::shared_ptr<Core>& core, const std::vector<MutexContendService*>& services) {
         std::vector<PgService*> pg;
         std::vector<ServicePtr> svcs;
-        std::set<const ServiceCore*> seen;
+        std::set<const ServiceState*> seen;
         for (auto* s : services) {
             auto* p = dynamic_cast<PgService*>(s);
             if (!p || p->core_ != core)
@@ -538,7 +538,7 @@ public:
 
 private:
     std::shared_ptr<Core> core_;
-    std::shared_ptr<ServiceCore> svc_;
+    std::shared_ptr<ServiceState> svc_;
 };
 
 }  // namespace

@@ -12,19 +12,19 @@ using std::chrono::microseconds;
 void ServiceEvents::emit(const ServicePtr& svc, std::function<void()> cb) {
     if (!svc->active || !svc->contender->has_callbacks()) return;
     svc->pending.push_back(std::move(cb));
-    std::weak_ptr<ServiceCore> weak = svc;
+    std::weak_ptr<ServiceState> weak = svc;
     executor_.post([weak] {
         if (auto s = weak.lock()) drain_one(*s);
     });
 }
 
-void ServiceEvents::settle(ServiceCore& s, std::exception_ptr error) {
+void ServiceEvents::settle(ServiceState& s, std::exception_ptr error) {
     if (!s.settled) return;
     executor_.post([done = std::move(s.settled), error] { done(error); });
     s.settled = nullptr;
 }
 
-void ServiceEvents::drain_one(ServiceCore& s) {
+void ServiceEvents::drain_one(ServiceState& s) {
     std::function<void()> cb;
     {
         std::lock_guard<std::mutex> lock(s.m);
@@ -44,7 +44,7 @@ void ServiceEvents::drain_one(ServiceCore& s) {
     s.in_callback = false;
 }
 
-void ServiceEvents::drain_all(ServiceCore& s) {
+void ServiceEvents::drain_all(ServiceState& s) {
     for (;;) {
         {
             std::lock_guard<std::mutex> lock(s.m);
@@ -59,11 +59,11 @@ void ServiceEvents::drain_all(ServiceCore& s) {
 /// and the queued check, finding it moved, waits again for the new one.
 void ServiceEvents::schedule_expiry(const ServicePtr& svc, SteadyClock::time_point at) {
     if (svc->expiry_at != SteadyClock::time_point{} && svc->expiry_at <= at) return;
-    std::weak_ptr<ServiceCore> weak = svc;
+    std::weak_ptr<ServiceState> weak = svc;
     if (executor_.post_at(at, [this, weak, at] { check_expiry(weak, at); })) svc->expiry_at = at;
 }
 
-void ServiceEvents::check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyClock::time_point at) {
+void ServiceEvents::check_expiry(const std::weak_ptr<ServiceState>& weak, SteadyClock::time_point at) {
     auto s = weak.lock();
     if (!s) return;
     {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "executor.hpp"
-#include "service_core.hpp"
+#include "service_state.hpp"
 
 namespace simba::pg::detail {
 
@@ -38,16 +38,16 @@ public:
 
     /// Hands `s`'s when_owner() callback, if any, `error` (nullptr: owner,
     /// stopped or finished) on the handle thread (caller holds s.m).
-    void settle(ServiceCore& s, std::exception_ptr error);
+    void settle(ServiceState& s, std::exception_ptr error);
 
     /// Runs `s`'s pending callbacks on this thread, now.
-    static void drain_all(ServiceCore& s);
+    static void drain_all(ServiceState& s);
 
 private:
     void emit(const ServicePtr& svc, std::function<void()> cb);
-    static void drain_one(ServiceCore& s);
+    static void drain_one(ServiceState& s);
     void schedule_expiry(const ServicePtr& svc, SteadyClock::time_point at);
-    void check_expiry(const std::weak_ptr<ServiceCore>& weak, SteadyClock::time_point at);
+    void check_expiry(const std::weak_ptr<ServiceState>& weak, SteadyClock::time_point at);
 
     Executor& executor_;
 };

@@ -20,7 +20,7 @@ namespace simba::pg::detail {
 
 class SessionKeeper {
 public:
-    /// `schedule`: the service's next attempt at that time (Contention's queue).
+    /// `schedule`: the service's next attempt at that time (ServiceDriver's queue).
     using Schedule = std::function<void(const ServicePtr&, SteadyClock::time_point)>;
 
     SessionKeeper(const FactoryOptions& options, Connections& connections, ServiceEvents& events,

@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "service_core.hpp"
+#include "service_state.hpp"
 #include "statements.hpp"
 
 namespace simba::pg::detail {
@@ -63,7 +63,7 @@ struct SessionLease {
 class Sessions {
 public:
     /// The session of `svc`'s lease length (created, not opened, on first use).
-    SessionLease& of(const ServiceCore& svc) { return of(svc.options.ttl, svc.options.transition); }
+    SessionLease& of(const ServiceState& svc) { return of(svc.options.ttl, svc.options.transition); }
     SessionLease& of(std::chrono::microseconds ttl, std::chrono::microseconds transition);
     void join(const ServicePtr& svc) { of(*svc).members.insert(svc); }
     void leave(const ServicePtr& svc) { of(*svc).members.erase(svc); }

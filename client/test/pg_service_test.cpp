@@ -1195,7 +1195,7 @@ TEST(ThousandServices, TwoConnectionsAndBoundedThreads) {
 // Issue 24: every per-service path of a factory is O(1) or O(log N) in its
 // number of services. Before, each start and each stop scanned every running
 // service to set the statement timeout: at 100,000 services the I/O thread
-// sat at 100 % of a core in Contention::start for minutes (O(N²) to start N),
+// sat at 100 % of a core in ServiceDriver::start for minutes (O(N²) to start N),
 // and the first services' leases expired before their first renewal (run on
 // that code, this test failed in its ramp, 75 leases lost while the others
 // started, then spent 160 s in the stops). This asserts what that code could

@@ -22,9 +22,9 @@
 
 namespace simba::pg::detail {
 
-class Contention {
+class ServiceDriver {
 public:
-    Contention(const FactoryOptions& options, Connections& connections, ServiceEvents& events,
+    ServiceDriver(const FactoryOptions& options, Connections& connections, ServiceEvents& events,
                FactoryMetrics& metrics, StatementWatchdog& watchdog)
         : options_(options), conn_(connections), events_(events), metrics_(metrics), watchdog_(watchdog),
           sessions_(options, connections, events, metrics, watchdog,

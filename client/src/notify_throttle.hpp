@@ -23,7 +23,7 @@
 
 namespace simba::pg::detail {
 
-class NotifyGate {
+class NotifyThrottle {
 public:
     /// A NOTIFY at `now` for a service whose next attempt is due at
     /// `next_at` (time_point::max(): none pending). Returns when it should

@@ -1,5 +1,5 @@
 // How far a NOTIFY may bring a service's next attempt forward (src/
-// notify_gate.hpp), on a fake clock: the first acts at once, a storm costs at
+// notify_throttle.hpp), on a fake clock: the first acts at once, a storm costs at
 // most one attempt per interval, and no NOTIFY waits longer than an interval
 // for an attempt that follows it.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "notify_gate.hpp"
+#include "notify_throttle.hpp"
 
 using simba::SteadyClock;
-using simba::pg::detail::NotifyGate;
+using simba::pg::detail::NotifyThrottle;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
@@ -23,14 +23,14 @@ SteadyClock::time_point at(std::int64_t ms) { return SteadyClock::time_point(mil
 
 }  // namespace
 
-TEST(NotifyGate, TheFirstNotifyActsAtOnce) {
-    NotifyGate g;
+TEST(NotifyThrottle, TheFirstNotifyActsAtOnce) {
+    NotifyThrottle g;
     EXPECT_EQ(g.admit(at(5000), at(9000), kInterval), at(5000));
     EXPECT_EQ(g.floor(), at(5100));
 }
 
-TEST(NotifyGate, NotifiesWhileOneIsPendingJoinIt) {
-    NotifyGate g;
+TEST(NotifyThrottle, NotifiesWhileOneIsPendingJoinIt) {
+    NotifyThrottle g;
     ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));
     EXPECT_FALSE(g.admit(at(0), at(0), kInterval)) << "due now already";
     // That attempt was sent; the next poll is at 9 s.
@@ -39,8 +39,8 @@ TEST(NotifyGate, NotifiesWhileOneIsPendingJoinIt) {
     EXPECT_EQ(g.floor(), at(200));
 }
 
-TEST(NotifyGate, AnAttemptDueSoonerAbsorbsIt) {
-    NotifyGate g;
+TEST(NotifyThrottle, AnAttemptDueSoonerAbsorbsIt) {
+    NotifyThrottle g;
     ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));
     // A renewal due at 50 ms comes before the 100 ms floor: nothing to add.
     EXPECT_FALSE(g.admit(at(20), at(50), kInterval));
@@ -49,8 +49,8 @@ TEST(NotifyGate, AnAttemptDueSoonerAbsorbsIt) {
     EXPECT_EQ(g.admit(at(60), kNone, kInterval), at(100));
 }
 
-TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnceAndAWaitersSecondWithinAnInterval) {
-    NotifyGate owner, waiter, late;
+TEST(NotifyThrottle, NewsLetsTheNextNotifyActAtOnceAndAWaitersSecondWithinAnInterval) {
+    NotifyThrottle owner, waiter, late;
     for (auto* g : {&owner, &waiter, &late}) ASSERT_EQ(g->admit(at(0), at(9000), kInterval), at(0));
     owner.news();                             // that attempt saw the mutex change hands, to it
     waiter.news(at(2) + kInterval);           // to someone else, at 2 ms
@@ -65,11 +65,11 @@ TEST(NotifyGate, NewsLetsTheNextNotifyActAtOnceAndAWaitersSecondWithinAnInterval
     EXPECT_EQ(late.admit(at(501), at(9000), kInterval), at(600));
 }
 
-TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
+TEST(NotifyThrottle, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
     // A poll (or a registration's attempt) saw the change of hands first;
     // that release's own NOTIFY, read after it, was stale news. The next
     // release's NOTIFY still acts at once.
-    NotifyGate g;
+    NotifyThrottle g;
     ASSERT_EQ(g.admit(at(0), at(9000), kInterval), at(0));    // an earlier release
     g.news(at(20) + kInterval);                               // the poll at 20 ms, still waiting
     ASSERT_EQ(g.admit(at(25), at(9000), kInterval), at(25));  // its stale NOTIFY: nothing new
@@ -77,12 +77,12 @@ TEST(NotifyGate, AReleaseSeenBeforeItsNotifyDoesNotSlowTheNext) {
     EXPECT_EQ(g.floor(), at(140));
 }
 
-TEST(NotifyGate, RandomStormsCostOneAttemptPerIntervalAndNoNotifyWaitsLonger) {
+TEST(NotifyThrottle, RandomStormsCostOneAttemptPerIntervalAndNoNotifyWaitsLonger) {
     // An I/O loop of one waiter polling every 10 s: its attempts and random
     // bursts of NOTIFYs, in time order.
     std::mt19937_64 rng(12);
     for (int run = 0; run < 200; ++run) {
-        NotifyGate g;
+        NotifyThrottle g;
         std::uniform_int_distribution<std::int64_t> gap(0, run % 2 ? 3 : 150);  // dense or sparse
         auto next_at = at(10'000);
         std::vector<SteadyClock::time_point> attempts;

@@ -1,4 +1,4 @@
-#include "contention.hpp"
+#include "service_driver.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +13,7 @@ using simba::detail::MetricsCell;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-void Contention::start(const ServicePtr& svc, bool here) {
+void ServiceDriver::start(const ServicePtr& svc, bool here) {
     {
         std::lock_guard<std::mutex> lock(svc->m);
         svc->active = true;
@@ -40,7 +40,7 @@ void Contention::start(const ServicePtr& svc, bool here) {
         schedule(svc, SteadyClock::now());
 }
 
-void Contention::stop(const std::vector<ServicePtr>& svcs) {
+void ServiceDriver::stop(const std::vector<ServicePtr>& svcs) {
     std::vector<ServicePtr> owners;  // released by id whenever they may hold the lease
     for (auto& svc : svcs) {
         svc->io_active = false;
@@ -104,22 +104,22 @@ void Contention::stop(const std::vector<ServicePtr>& svcs) {
     update_statement_timeout();
 }
 
-void Contention::owe(std::function<void(pqxx::connection&)> pay, std::string what) {
+void ServiceDriver::owe(std::function<void(pqxx::connection&)> pay, std::string what) {
     owed_.owe(std::move(pay), std::move(what));
 }
 
-bool Contention::unfinished() {
+bool ServiceDriver::unfinished() {
     if (!owed_.empty() || !registry_.all().empty()) return true;
     return sessions_.any_open();
 }
 
-void Contention::pay_owed_at_exit() { owed_.pay_all_at_exit(conn_); }
+void ServiceDriver::pay_owed_at_exit() { owed_.pay_all_at_exit(conn_); }
 
 /// Releases `owners` by id, one statement per kReleaseBatchMax of them, in
 /// mutex order (as batched acquires lock rows: two processes' statements
 /// never deadlock); whether each had a live tenure. Throws what a
 /// statement throws (the rest are not sent: their leases lapse).
-std::vector<bool> Contention::release(std::vector<ServicePtr>& owners) {
+std::vector<bool> ServiceDriver::release(std::vector<ServicePtr>& owners) {
     if (owners.size() == 1) return {release(owners[0], "release")};
     std::sort(owners.begin(), owners.end(), [](const ServicePtr& a, const ServicePtr& b) {
         return std::tie(a->mutex, a->id) < std::tie(b->mutex, b->id);
@@ -146,7 +146,7 @@ std::vector<bool> Contention::release(std::vector<ServicePtr>& owners) {
 /// simba_release by the service's id (a fair one's simba_fair_release,
 /// which also withdraws its place and wakes the next in the queue; throws
 /// what the statement throws): whether a live tenure of that id was released.
-bool Contention::release(const ServicePtr& svc, const char* what) {
+bool ServiceDriver::release(const ServicePtr& svc, const char* what) {
     metrics_.count_release_statement(1);
     auto watch = watchdog_.watch(conn_.stmt().sock());
     pqxx::nontransaction tx(conn_.stmt());
@@ -166,7 +166,7 @@ bool Contention::release(const ServicePtr& svc, const char* what) {
 /// Releasing by id is exact: this service's attempts run one at a time on
 /// this thread, so the only live tenure its id can have is that one. False
 /// if the release failed (the attempt waits).
-bool Contention::give_back(const ServicePtr& svc) {
+bool ServiceDriver::give_back(const ServicePtr& svc) {
     try {
         release(svc, "give-back");
         conn_.statement_ok();
@@ -182,7 +182,7 @@ bool Contention::give_back(const ServicePtr& svc) {
     }
 }
 
-void Contention::run_due(SteadyClock::time_point now) {
+void ServiceDriver::run_due(SteadyClock::time_point now) {
     if (!owed_.empty()) owed_.pay_due(conn_, now);
     sessions_.keep_due(now);
     if (!conn_.up() || queue_.next_due() > now) return;
@@ -192,7 +192,7 @@ void Contention::run_due(SteadyClock::time_point now) {
     if (!batch.empty()) attempt_batch(batch);
 }
 
-void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
+void ServiceDriver::attempt_all(SteadyClock::time_point now, bool waiters_only) {
     if (!waiters_only) sessions_.all_due(now);  // reconnected: the sessions' keepalives go first
     for (auto& s : registry_.all())
         if (!waiters_only || !s->last.is_owner(s->id)) schedule(s, now);
@@ -204,7 +204,7 @@ void Contention::attempt_all(SteadyClock::time_point now, bool waiters_only) {
 /// attempts of its own: its timer only moves on to the tenure's deadline.
 /// It attempts when asked to check (a NOTIFY, a revocation) or once that
 /// deadline has passed (its session's keepalives failed: it contends again).
-bool Contention::rearm(const ServicePtr& svc) {
+bool ServiceDriver::rearm(const ServicePtr& svc) {
     if (svc->session.empty() || svc->verify) return false;
     SteadyClock::time_point deadline;
     {
@@ -217,19 +217,19 @@ bool Contention::rearm(const ServicePtr& svc) {
     return true;
 }
 
-void Contention::setup_failed(const std::exception_ptr& error) {
+void ServiceDriver::setup_failed(const std::exception_ptr& error) {
     for (auto& s : registry_.all()) {
         std::lock_guard<std::mutex> lock(s->m);
         events_.settle(*s, error);
     }
 }
 
-void Contention::connection_lost() {
+void ServiceDriver::connection_lost() {
     for (auto& s : registry_.all()) events_.suspend(s);
     sessions_.connection_lost();
 }
 
-void Contention::notified(const std::vector<std::string>& names, bool waiters_only) {
+void ServiceDriver::notified(const std::vector<std::string>& names, bool waiters_only) {
     auto now = SteadyClock::now();
     for (auto& name : names) {
         auto* services = registry_.of(name);
@@ -245,7 +245,7 @@ void Contention::notified(const std::vector<std::string>& names, bool waiters_on
             // Waiters attempt at once. The owner re-checks too: the NOTIFY
             // may be an admin's simba_force_release of its tenure. But anyone
             // may NOTIFY, as often as they like: at most one such attempt
-            // per notify_min_interval (notify_gate.hpp).
+            // per notify_min_interval (notify_throttle.hpp).
             if (!s->last.is_owner(s->id))
                 s->notified_at = now;
             else
@@ -259,13 +259,13 @@ void Contention::notified(const std::vector<std::string>& names, bool waiters_on
 
 /// LISTEN on `svc`'s wake channel while it runs: only that waiter hears the
 /// release that makes it the next.
-void Contention::listen_for(const ServicePtr& svc) {
+void ServiceDriver::listen_for(const ServicePtr& svc) {
     channels_[svc->wake_channel] = svc;
     conn_.want_channel(svc->wake_channel, true);
 }
 
 /// A fair attempt's place and channel (columns 8 and 9 of its row).
-void Contention::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
+void ServiceDriver::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
     svc->queued = !row[9].is_null();
     const auto channel = row[10].is_null() ? std::string() : row[10].as<std::string>();
     if (channel == svc->wake_channel) return;
@@ -282,7 +282,7 @@ void Contention::fair_reply(const ServicePtr& svc, const pqxx::row& row) {
     listen_for(svc);
 }
 
-void Contention::woken(const std::vector<std::string>& channels) {
+void ServiceDriver::woken(const std::vector<std::string>& channels) {
     const auto now = SteadyClock::now();
     for (const auto& c : channels) {
         auto it = channels_.find(c);
@@ -304,7 +304,7 @@ void Contention::woken(const std::vector<std::string>& channels) {
 /// registered wakes it; an owner does not, so that its own release, with
 /// nobody else waiting, can skip the NOTIFY (an operator's forced release
 /// notifies always).
-void Contention::register_wait(const ServicePtr& svc, bool on) {
+void ServiceDriver::register_wait(const ServicePtr& svc, bool on) {
     if (svc->wait_registered == on) return;
     svc->wait_registered = on;
     conn_.want_name(svc->mutex, on);
@@ -312,14 +312,14 @@ void Contention::register_wait(const ServicePtr& svc, bool on) {
 
 /// One attempt of `svc`: renewal if it holds the lease, else a try.
 /// Returns whether it renews (counted as an attempt otherwise).
-bool Contention::begin_attempt(const ServicePtr& svc) {
+bool ServiceDriver::begin_attempt(const ServicePtr& svc) {
     const bool renewing = svc->last.is_owner(svc->id) && svc->is_owner_now();
     if (!renewing && !svc->next().finished) MetricsCell::inc(svc->metrics->attempts);
     return renewing;
 }
 
 /// The server's answer to an attempt sent at `anchor`.
-void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
+void ServiceDriver::finish_attempt(const ServicePtr& svc, const pqxx::row& row, SteadyClock::time_point anchor) {
     conn_.statement_ok();
     svc->solo = false;
     {
@@ -357,7 +357,7 @@ void Contention::finish_attempt(const ServicePtr& svc, const pqxx::row& row, Ste
 
 /// A failed attempt on a connection that is still up: retry soon. A failed
 /// renewal suspends the tenure until one succeeds.
-void Contention::retry_later(const ServicePtr& svc, bool renewing) {
+void ServiceDriver::retry_later(const ServicePtr& svc, bool renewing) {
     if (renewing) {
         MetricsCell::inc(svc->metrics->renewal_failures);
         events_.suspend(svc);
@@ -366,19 +366,19 @@ void Contention::retry_later(const ServicePtr& svc, bool renewing) {
     schedule(svc, SteadyClock::now() + retry_delay(svc));
 }
 
-milliseconds Contention::retry_delay(const ServicePtr& svc) const {
+milliseconds ServiceDriver::retry_delay(const ServicePtr& svc) const {
     auto quarter = duration_cast<milliseconds>(svc->options.ttl / 4);
     return std::max(milliseconds(10), std::min(options_.retry_delay, quarter));
 }
 
 /// The lease deadline a renewal serves: past it, its reply proves nothing.
-SteadyClock::time_point Contention::serves_until(const ServicePtr& svc, bool renewing) {
+SteadyClock::time_point ServiceDriver::serves_until(const ServicePtr& svc, bool renewing) {
     if (!renewing) return SteadyClock::time_point::max();
     std::lock_guard<std::mutex> lock(svc->m);
     return svc->ownership.deadline();
 }
 
-void Contention::attempt(const ServicePtr& svc, bool renewing) {
+void ServiceDriver::attempt(const ServicePtr& svc, bool renewing) {
     if (svc->disowned && !give_back(svc)) return;
     const auto next = svc->next();
     if (next.finished) return;  // a single tenure ended: nothing until restarted
@@ -430,7 +430,7 @@ void Contention::attempt(const ServicePtr& svc, bool renewing) {
 /// Several attempts in one statement. If it fails on a live connection (one
 /// attempt's error aborts them all), each is sent on its own, so only the
 /// faulty one fails.
-void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
+void ServiceDriver::attempt_batch(std::vector<ServicePtr>& batch) {
     // A service whose last attempt failed goes alone: a persistent error (a
     // trigger, a grant) must not fail every batch it would join.
     // So does one with a tenure to give back first, a single tenure's
@@ -502,7 +502,7 @@ void Contention::attempt_batch(std::vector<ServicePtr>& batch) {
 /// in use, so one hung statement never outlives a lease. O(1): the registry
 /// keeps the lease durations counted (a scan of every service here made
 /// starting N services O(N²)).
-void Contention::update_statement_timeout() {
+void ServiceDriver::update_statement_timeout() {
     auto t = options_.statement_timeout;
     if (auto shortest = registry_.shortest_lease())
         t = std::min(t, std::max(milliseconds(10), duration_cast<milliseconds>(*shortest / 2)));

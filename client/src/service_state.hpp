@@ -13,15 +13,15 @@
 
 #include "ownership.hpp"
 #include "metrics_cell.hpp"
-#include "notify_gate.hpp"
+#include "notify_throttle.hpp"
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
 #include "simba/service.hpp"
 
 namespace simba::pg::detail {
 
-struct ServiceCore {
-    ServiceCore(std::shared_ptr<MutexContender> c, ContendOptions o)
+struct ServiceState {
+    ServiceState(std::shared_ptr<MutexContender> c, ContendOptions o)
         : contender(std::move(c)),
           id(contender->contender_id()),
           mutex(contender->mutex()),
@@ -54,7 +54,7 @@ struct ServiceCore {
     MutexOwner last;             // last owner seen from the server
     std::uint64_t timer_gen = 0; // the current attempt timer (attempt_queue.hpp)
     SteadyClock::time_point next_at = SteadyClock::time_point::max();  // when it is due (max(): none pending)
-    NotifyGate notify;           // how soon a NOTIFY may make it attempt (notify_gate.hpp)
+    NotifyThrottle notify;           // how soon a NOTIFY may make it attempt (notify_throttle.hpp)
     bool io_active = false;
     bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
     bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
@@ -93,6 +93,6 @@ struct ServiceCore {
     SteadyClock::duration duration() const { return options.ttl + options.transition; }
 };
 
-using ServicePtr = std::shared_ptr<ServiceCore>;
+using ServicePtr = std::shared_ptr<ServiceState>;
 
 }  // namespace simba::pg::detail
