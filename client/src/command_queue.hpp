@@ -1,6 +1,6 @@
 // simba client (internal): CommandQueue, what other threads ask of a
 // factory's I/O thread (start a service, run a statement, stop services),
-// run in the order posted. Stops posted one after another, with no other
+// run in the order posted; each post wakes the loop. Stops posted one after another, with no other
 // command between them, run as one (Lockers destroyed in a row release in
 // one statement). The queue closes as the I/O thread exits: nothing posted
 // after that runs.
@@ -14,6 +14,7 @@
 
 #include "service_state.hpp"
 #include "thread_annotations.hpp"
+#include "wake_fd.hpp"
 
 namespace simba::pg::detail {
 
@@ -22,25 +23,34 @@ public:
     using Command = std::function<void()>;
     using StopAll = std::function<void(const std::vector<ServicePtr>&)>;
 
+    /// `waker` wakes the I/O loop's poll() (it outlives the queue).
+    explicit CommandQueue(WakeFd& waker) : waker_(waker) {}
+
     /// False once closed (the command will never run).
     bool post(Command fn) EXCLUDES(m_) {
-        MutexLock lock(m_);
-        if (closed_) return false;
-        commands_.push_back(std::move(fn));
-        open_stop_.reset();
+        {
+            MutexLock lock(m_);
+            if (closed_) return false;
+            commands_.push_back(std::move(fn));
+            open_stop_.reset();
+        }
+        waker_.wake();
         return true;
     }
 
     /// Joins the stop posted last if nothing came after it, else posts
     /// `stop_all` of these services and whichever join it. False once closed.
     bool post_stop(const std::vector<ServicePtr>& svcs, StopAll stop_all) EXCLUDES(m_) {
-        MutexLock lock(m_);
-        if (closed_) return false;
-        if (!open_stop_) {
-            open_stop_ = std::make_shared<std::vector<ServicePtr>>();
-            commands_.push_back([stops = open_stop_, stop_all = std::move(stop_all)] { stop_all(*stops); });
+        {
+            MutexLock lock(m_);
+            if (closed_) return false;
+            if (!open_stop_) {
+                open_stop_ = std::make_shared<std::vector<ServicePtr>>();
+                commands_.push_back([stops = open_stop_, stop_all = std::move(stop_all)] { stop_all(*stops); });
+            }
+            open_stop_->insert(open_stop_->end(), svcs.begin(), svcs.end());
         }
-        open_stop_->insert(open_stop_->end(), svcs.begin(), svcs.end());
+        waker_.wake();
         return true;
     }
 
@@ -53,8 +63,12 @@ public:
 
     /// Asks the I/O loop to end; false if it was asked already.
     bool quit() EXCLUDES(m_) {
-        MutexLock lock(m_);
-        return !std::exchange(quit_, true);
+        {
+            MutexLock lock(m_);
+            if (std::exchange(quit_, true)) return false;
+        }
+        waker_.wake();
+        return true;
     }
     [[nodiscard]] bool quitting() const EXCLUDES(m_) {
         MutexLock lock(m_);
@@ -67,6 +81,7 @@ public:
     }
 
 private:
+    WakeFd& waker_;
     mutable Mutex m_;
     std::deque<Command> commands_ GUARDED_BY(m_);
     std::shared_ptr<std::vector<ServicePtr>> open_stop_ GUARDED_BY(m_);  // the last command's, while it is a stop

@@ -47,6 +47,7 @@
 #include "conninfo.hpp"
 #include "service_driver.hpp"
 #include "executor.hpp"
+#include "factory_io.hpp"
 #include "factory_metrics.hpp"
 #include "factory_options.hpp"
 #include "holder_ids.hpp"
@@ -71,7 +72,7 @@ using namespace detail;
 
 // ------------------------------------------------------------------ core
 
-struct ContendServiceFactory::Core final : detail::Io {
+struct ContendServiceFactory::Core {
     Core(const std::string& user_conninfo, FactoryOptions o)
         : options(validated(std::move(o))),
           connections(options, build_conninfo(user_conninfo, options), listen_conninfo_for(user_conninfo, options),
@@ -80,22 +81,15 @@ struct ContendServiceFactory::Core final : detail::Io {
         io = std::thread([this] { io_main(); });
     }
 
-    ~Core() override { shutdown(); }
+    ~Core() { shutdown(); }
 
     void shutdown() {
         if (!commands.quit()) return;
-        wake();
         if (io.joinable()) io.join();
         executor.shutdown();
     }
 
     // ------------------------------------------------ thread-safe entry points
-
-    bool post_io(std::function<void()> fn) {
-        if (!commands.post(std::move(fn))) return false;
-        wake();
-        return true;
-    }
 
     /// Posts the stop of `svcs`; stops posted one after another, with no
     /// other command between them, run as one (one release statement per
@@ -110,11 +104,8 @@ struct ContendServiceFactory::Core final : detail::Io {
             for (auto& svc : svcs) metrics.let_go(svc);
             return false;
         }
-        wake();
         return true;
     }
-
-    void wake() { waker.wake(); }
 
     /// Takes io_m for a caller's round trip. On the handle thread (a
     /// callback) the queued watchdog check cannot run while we wait, so we
@@ -126,7 +117,7 @@ struct ContendServiceFactory::Core final : detail::Io {
             return lock;
         }
         while (!lock.try_lock()) {
-            while_waiting();
+            watchdog.cut_overdue();
             std::this_thread::sleep_for(milliseconds(5));
         }
         return lock;
@@ -138,7 +129,7 @@ struct ContendServiceFactory::Core final : detail::Io {
         if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
         if (!connections.up() || driver.next_due() < poll_until || connections.channels_pending() ||
             connections.names_pending(SteadyClock::now()))
-            wake();
+            waker.wake();
     }
 
     void run_commands() {
@@ -184,79 +175,6 @@ struct ContendServiceFactory::Core final : detail::Io {
         auto bfut = barrier->get_future();
         if (executor.post([barrier] { barrier->set_value(); })) bfut.wait();
         for (auto& svc : svcs) ServiceEvents::drain_all(*svc);  // only non-empty if the executor has shut down
-    }
-
-    // ------------------------- detail::Io (the semaphore, the lockers' holds)
-
-    bool run(std::function<void(pqxx::connection&)> fn, std::function<void(std::exception_ptr)> failed) override {
-        return post_io([this, fn = std::move(fn), failed = std::move(failed)] {
-            if (!connections.up()) {
-                failed(std::make_exception_ptr(ConnectionError("not connected to the server", "08006")));
-                return;
-            }
-            try {
-                auto watch = watchdog.watch(connections.stmt().sock());
-                fn(connections.stmt());
-                connections.statement_ok();
-            } catch (const std::exception& e) {
-                const bool lost = connections.statement_failed(e, "statement");
-                failed(typed_error(e, lost));
-            }
-        });
-    }
-
-    bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
-                          const std::function<bool(const SessionProof*)>& grant) override {
-        return driver.sessions().grant_in_session(holder, grant);
-    }
-
-    void leave_session(std::shared_ptr<SessionHolder> holder) override {
-        post_io([this, holder = std::move(holder)] { driver.sessions().leave(holder); });
-    }
-
-    bool wait_connected(SteadyClock::time_point until) override { return connections.wait_connected(until, true); }
-    std::exception_ptr setup_error() const override { return connections.setup_error(); }
-
-    void while_waiting() override {
-        if (executor.on_this_thread()) watchdog.cut_overdue();
-    }
-
-    bool run_at(SteadyClock::time_point at, std::function<void()> fn) override {
-        return post_io([this, at, fn = std::move(fn)]() mutable { tasks.push(at, std::move(fn)); });
-    }
-
-    bool handle(std::function<void()> fn) override { return executor.post(std::move(fn)); }
-    bool handle_at(SteadyClock::time_point at, std::function<void()> fn) override {
-        return executor.post_at(at, std::move(fn));
-    }
-
-    SteadyClock::duration notify_min_interval() const override { return options.notify_min_interval; }
-    SteadyClock::duration retry_delay() const override { return options.retry_delay; }
-    std::uint64_t subscribe(std::vector<std::string> names, std::function<void(bool)> fn) override {
-        return subscribers.subscribe(std::move(names), std::move(fn));
-    }
-    void unsubscribe(std::uint64_t id) override { subscribers.unsubscribe(id); }
-    void register_wait(const std::vector<std::string>& names, bool on) override {
-        for (auto& n : names) connections.want_name(n, on);
-        if (on) wake();  // the I/O thread sends it (a drop can wait for the next exchange)
-    }
-
-    void owe(std::function<void(pqxx::connection&)> pay, std::string what) override {
-        post_io([this, pay = std::move(pay), what = std::move(what)]() mutable {
-            driver.owe(
-                [this, pay = std::move(pay)](pqxx::connection& c) {
-                    auto watch = watchdog.watch(c.sock());
-                    pay(c);
-                },
-                std::move(what));
-        });
-    }
-
-    void reserve_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
-        ids.reserve(kind, names, id);
-    }
-    void release_ids(Names kind, const std::vector<std::string>& names, const std::string& id) override {
-        ids.release(kind, names, id);
     }
 
     // ------------------------------------------------------------ I/O thread
@@ -342,7 +260,7 @@ struct ContendServiceFactory::Core final : detail::Io {
     }
 
     /// Sleeps in poll() without io_m (callers may do their round trips
-    /// meanwhile) until `until`, a wake(), or a NOTIFY for a mutex of ours;
+    /// meanwhile) until `until`, a waker.wake(), or a NOTIFY for a mutex of ours;
     /// NOTIFYs for other mutexes (our own releases among them) and LISTEN's
     /// own exchanges are handled without waking the loop.
     void sleep(std::unique_lock<std::mutex>& lock, SteadyClock::time_point now, SteadyClock::time_point until,
@@ -388,12 +306,14 @@ struct ContendServiceFactory::Core final : detail::Io {
     FactoryMetrics metrics;
     ServiceDriver driver;  // I/O state: io_m
     TaskQueue tasks;        // I/O thread only
-    NotifySubscribers subscribers;  // detail::Io::subscribe
+    NotifySubscribers subscribers;  // the holds' NOTIFY callbacks
     ListenInbox inbox{connections, driver, subscribers};  // I/O thread
 
-    HolderIds ids;          // detail::Io::reserve_ids
-    CommandQueue commands;  // from other threads
-    WakeFd waker;           // wakes the I/O thread's poll()
+    HolderIds ids;                   // (name, contender id) pairs alive
+    WakeFd waker;                    // wakes the I/O thread's poll()
+    CommandQueue commands{waker};    // from other threads
+    // What the holds reach (io_of): made of the parts above.
+    FactoryIo hold_io{{options, executor, watchdog, connections, driver, tasks, subscribers, ids, commands, waker}};
 
     // The I/O thread holds io_m except while it sleeps in poll(); a
     // caller's thread takes it to start or stop a service itself (a round
@@ -419,7 +339,7 @@ public:
           // service hold weak_ptrs until they come due, and must not pin
           // the whole ServiceState meanwhile.
           svc_(new ServiceState(std::move(contender), options)) {
-        core_->reserve_ids(Io::Names::mutex, {svc_->mutex}, svc_->id);
+        core_->ids.reserve(Io::Names::mutex, {svc_->mutex}, svc_->id);
         core_->metrics.track(svc_);
     }
 
@@ -432,7 +352,7 @@ public:
             }
         }
         core_->metrics.untrack(svc_);
-        core_->release_ids(Io::Names::mutex, {svc_->mutex}, svc_->id);
+        core_->ids.release(Io::Names::mutex, {svc_->mutex}, svc_->id);
     }
 
     std::optional<Lease> lease() const override {
@@ -449,7 +369,7 @@ protected:
     void start_contend() override {
         auto core = core_;
         auto svc = svc_;
-        if (!core_->post_io([core, svc] { core->driver.start(svc, false); }))
+        if (!core_->commands.post([core, svc] { core->driver.start(svc, false); }))
             throw IllegalStateError("the factory of this service has shut down");
     }
 
@@ -561,7 +481,10 @@ void ContendServiceFactory::stop(const std::vector<MutexContendService*>& servic
     PgService::stop_all(core_, services);
 }
 
-std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) { return factory.core_; }
+// Shares the core's ownership: a hold keeps the factory's threads alive.
+std::shared_ptr<detail::Io> detail::io_of(ContendServiceFactory& factory) {
+    return {factory.core_, &factory.core_->hold_io};
+}
 
 void detail::stop_detached(MutexContendService& service) {
     if (auto* pg = dynamic_cast<PgService*>(&service)) return pg->stop_detached();

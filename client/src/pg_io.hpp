@@ -1,6 +1,7 @@
 // simba client (internal): what a PostgreSQL factory's threads offer to the
 // other users of its two connections besides the contend services: the
-// Semaphore, and the SharedLocker and MultiLocker (lock_hold.hpp). Not
+// Semaphore, and the SharedLocker and MultiLocker (lock_hold.hpp); the
+// factory's FactoryIo (factory_io.hpp) implements it. Not
 // installed: pqxx types stay out of the public headers.
 #pragma once
 
