@@ -3,7 +3,7 @@
  * SQLSTATEs simba raises, the plan runner (execute.c), the caller and the
  * entry check (enter.c), the settings, and the argument checks
  * (args.c). Each subsystem has a header of its own beside its file:
- * clock.h, session.h, mutex.h, history.h, wake.h, gc.h, rows.h.
+ * clock.h, session.h, mutex.h, history.h, wake.h, gc.h, rows.h, enter.h.
  */
 #ifndef SIMBA_H
 #define SIMBA_H
