@@ -3,7 +3,7 @@
 //
 // Threads (per factory, whatever the number of services):
 //  - the I/O thread owns both connections (connections.*): it sends the
-//    services' attempts from a timer queue (driver.*, attempt_queue.*),
+//    services' attempts from a timer queue (service_driver.*, attempt_queue.*),
 //    hears NOTIFY simba on the LISTEN connection while it sleeps in poll(),
 //    and runs start/stop commands and timed tasks (semaphore refreshes).
 //  - the handle thread (executor.*) runs the contenders' callbacks in order
