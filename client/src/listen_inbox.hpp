@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "connections.hpp"
-#include "service_driver.hpp"
 #include "notify_subscribers.hpp"
+#include "service_driver.hpp"
 
 namespace simba::pg::detail {
 

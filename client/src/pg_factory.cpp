@@ -45,7 +45,6 @@
 #include "command_queue.hpp"
 #include "connections.hpp"
 #include "conninfo.hpp"
-#include "service_driver.hpp"
 #include "executor.hpp"
 #include "factory_io.hpp"
 #include "factory_metrics.hpp"
@@ -54,12 +53,12 @@
 #include "listen_inbox.hpp"
 #include "notify_subscribers.hpp"
 #include "pg_io.hpp"
+#include "service_driver.hpp"
 #include "service_events.hpp"
 #include "simba/errors.hpp"
 #include "simba/factory.hpp"
 #include "simba/log.hpp"
 #include "statement_watchdog.hpp"
-#include "statements.hpp"
 #include "wake_fd.hpp"
 
 namespace simba::pg {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ownership.hpp"
 #include "metrics_cell.hpp"
 #include "notify_throttle.hpp"
+#include "ownership.hpp"
 #include "simba/contend_period.hpp"
 #include "simba/contender.hpp"
 #include "simba/service.hpp"
