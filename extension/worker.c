@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/interrupt.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -63,6 +64,13 @@ simba_worker_connect(Datum main_arg, void *extra, Size len)
 	memcpy(extra, MyBgworkerEntry->bgw_extra, len);
 	/* A long-lived worker rereads its settings (ConfigReloadPending). */
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	/*
+	 * SIGTERM (pg_terminate_backend, DROP DATABASE, a shutdown) ends the
+	 * worker at its next CHECK_FOR_INTERRUPTS. The default handler raises
+	 * FATAL inside the signal handler: arriving in malloc, it corrupted the
+	 * heap and the abort restarted the whole server.
+	 */
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
 											  owner->connect_as_owner ? owner->owner : InvalidOid,

@@ -24,6 +24,8 @@
 # so a test's pg_ctl start / restart keeps the library (pg_ctl itself runs
 # under it too: it compares its clock with the postmaster's start time).
 # COMMAND's own environment is left as it was. Off by default.
+# A server process that dies by a signal or a PANIC fails the run, its lines of
+# server.log printed.
 # SIMBA_PG_CONF="name = value; ..." appends those settings to postgresql.conf
 # (pg.always: simba.notify = always for every connection).
 set -euo pipefail
@@ -105,4 +107,11 @@ set +e
 "$@"
 rc=$?
 set -e
+# A server process that died by a signal restarts the whole server and cuts
+# every connection: whatever failed after it, name the cause first.
+if grep -qE 'was terminated by signal|PANIC:' "$dir/server.log"; then
+  echo "with-cluster: a server process crashed (server.log):" >&2
+  grep -B6 -E 'was terminated by signal|PANIC:' "$dir/server.log" | head -n 60 >&2
+  [ $rc -ne 0 ] || rc=1
+fi
 exit $rc
