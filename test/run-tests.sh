@@ -160,12 +160,12 @@ DEB_CXXFLAGS_APPEND=-g1 nice -n 19 make -s deb >"$bg_log/deb" 2>&1 & deb_build=$
 # and the library built by clang with its lock annotations checked
 # (test/thread-safety/run.sh: a warning fails it), as niced
 bg_suite thread-safety nice -n 19 test/thread-safety/run.sh
-# C++: client (unit, integration, examples), TCK, SQL fuzzer: three at once
+# C++: client (unit, integration, examples), TCK, SQL fuzzer: four at once
 # (most wait on leases, and each test keeps to its own database, names, roles
 # or cluster; the longest start first: COST).
 faults='^(chaos|ha)$'
 if [ $client = yes ]; then
-  run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j3 -LE "$faults"
+  run_ctest_suite ctest ctest --test-dir build --output-on-failure --timeout 300 -j4 -LE "$faults"
   # the client's PostgreSQL tests and the TCK (direct, through PgBouncer)
   # against the portable edition in a database a role without superuser
   # owns and installed it into (client/test/pg-run.sh), while the builds
@@ -175,7 +175,7 @@ if [ $client = yes ]; then
   # clients', run above and by the TCK's PgBouncer cases here), for time
   run_ctest_suite ctest-portable env SIMBA_TEST_EDITION=portable \
     SIMBA_PORTABLE_SCRIPT="$PWD/build/portable/simba_portable.sql" ctest --test-dir build --output-on-failure \
-    --timeout 300 -j3 -L '^(pg|tck)$' -E '^(pg\.(always|HundredThousandServices)|tck\.conformance\.pgbouncer)$'
+    --timeout 300 -j4 -L '^(pg|tck)$' -E '^(pg\.(always|HundredThousandServices)|tck\.conformance\.pgbouncer)$'
 fi
 bg_suite_done thread-safety
 # the client's unit and PostgreSQL tests again, built with ThreadSanitizer on

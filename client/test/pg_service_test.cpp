@@ -61,8 +61,11 @@ TEST(Lapse, AWaiterOfADeadSessionTakesOverAtItsEnd) {
     // three of the holder's leases, each of which a poll would have ended
     std::this_thread::sleep_for(4500ms);
     const auto polls = attempts_of(factory, m, "W") - before;
+    // A poll comes at most a lease (1.5 s, renewed every 300 ms) and the
+    // largest jitter (1 s) after the one before: at least one in 4.5 s.
+    // Two is the usual count but not a bound (two long jitters in a row).
     if (portable_edition())
-        EXPECT_GE(polls, 2u) << "without a waker the waiter polls at each lease's end";
+        EXPECT_GE(polls, 1u) << "without a waker the waiter polls at each lease's end";
     else
         EXPECT_EQ(polls, 0u) << "the waiter polled though the lapse is announced";
     EXPECT_EQ(owner_of(*db, m), "dead");
