@@ -67,8 +67,8 @@ simba_worker_connect(Datum main_arg, void *extra, Size len)
 	/*
 	 * SIGTERM (pg_terminate_backend, DROP DATABASE, a shutdown) ends the
 	 * worker at its next CHECK_FOR_INTERRUPTS. The default handler raises
-	 * FATAL inside the signal handler: arriving in malloc, it corrupted the
-	 * heap and the abort restarted the whole server.
+	 * FATAL inside the signal handler: one that interrupts malloc corrupts
+	 * the heap, and the abort that follows restarts the whole server.
 	 */
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();

@@ -230,9 +230,8 @@ def test_setting_off_and_reloaded_stops_the_waker(db: Database, name: str) -> No
 def test_waker_terminated_at_any_moment_leaves_the_server_up(db: Database, name: str) -> None:
     """SIGTERM (pg_terminate_backend, DROP DATABASE, a shutdown) may reach the
     waker anywhere in its start or its rounds: it ends at its next interrupt
-    check. Ended inside its signal handler instead, it once corrupted its heap
-    mid-malloc, and the abort restarted the server, cutting every connection
-    (here, within 50 to 180 rounds)."""
+    check. Ended inside the signal handler, a malloc it interrupted corrupts
+    the heap, and the abort restarts the server, cutting every connection."""
     with psycopg.connect(db.conninfo(), autocommit=True) as w:
         w.execute("SELECT simba_wait(ARRAY[%s])", (name,))
         terminated = 0
