@@ -29,23 +29,22 @@ Connections::Connections(const FactoryOptions& options, std::string conninfo, st
       stmt_timeout_ms_(options.statement_timeout.count()),
       listen_backoff_(options.reconnect_initial) {}
 
-bool Connections::connect(std::unique_lock<std::mutex>& io_lock) { return connect_to(io_lock, conninfo_, true); }
+bool Connections::connect(IoLock& io_lock) { return connect_to(io_lock, conninfo_, true); }
 
-bool Connections::connect_for_shutdown(std::unique_lock<std::mutex>& io_lock) {
+bool Connections::connect_for_shutdown(IoLock& io_lock) {
     const auto limit = std::chrono::ceil<std::chrono::seconds>(options_.shutdown_timeout);
     return connect_to(io_lock, with_connect_timeout(shutdown_info_.empty() ? conninfo_ : shutdown_info_, limit), false);
 }
 
-bool Connections::connect_to(std::unique_lock<std::mutex>& io_lock, const std::string& conninfo, bool listen) {
+bool Connections::connect_to(IoLock& io_lock, const std::string& conninfo, bool listen) {
     std::unique_ptr<pqxx::connection> fresh;
     std::string failure;
-    io_lock.unlock();
     try {
+        IoUnlock unlocked(io_lock);
         fresh = std::make_unique<pqxx::connection>(conninfo);
     } catch (const std::exception& e) {
         failure = e.what();
     }
-    io_lock.lock();
     try {
         if (!fresh) throw std::runtime_error(failure);
         stmt_ = std::move(fresh);

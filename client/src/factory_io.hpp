@@ -24,9 +24,9 @@ struct FactoryParts {
     const FactoryOptions& options;
     Executor& executor;
     StatementWatchdog& watchdog;
-    Connections& connections;  // I/O state: the I/O thread
-    ServiceDriver& driver;     // I/O state: the I/O thread
-    TaskQueue& tasks;          // I/O thread only
+    Connections& connections;  // mostly I/O state (io_state.hpp)
+    ServiceDriver& driver;     // I/O state
+    TaskQueue& tasks;          // I/O state
     NotifySubscribers& subscribers;
     HolderIds& ids;
     CommandQueue& commands;
@@ -40,6 +40,7 @@ public:
     bool run(std::function<void(pqxx::connection&)> fn, std::function<void(std::exception_ptr)> failed) override;
     bool grant_in_session(const std::shared_ptr<SessionHolder>& holder,
                           const std::function<bool(const SessionProof*)>& grant) override {
+        assert_io_held();  // inside run()'s fn
         return p_.driver.sessions().grant_in_session(holder, grant);
     }
     void leave_session(std::shared_ptr<SessionHolder> holder) override;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lock_hold.hpp"
+#include "io_state.hpp"
 #include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
@@ -57,7 +58,7 @@ private:
     const std::function<void(bool)> mode_;
     const std::string what_;
 
-    mutable Mutex m_;
+    mutable Mutex m_ ACQUIRED_AFTER(io_state);  // and before the hold's (LockHold::m_)
     CondVar cv_;  // the mode changed, or a cancel
     Mode mode_now_ GUARDED_BY(m_) = Mode::none;
     std::vector<std::thread::id> readers_ GUARDED_BY(m_);  // one per holding thread; {}: a lock_async() hold

@@ -4,13 +4,14 @@
 // heard on their own channels, and names whose registration just took
 // effect (whoever waits on those attempts once more, for a release that
 // may have gone by before: ListenConnection::want_name). I/O thread only;
-// read without io_m, delivered with it.
+// read without io_state, delivered with it.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "connections.hpp"
+#include "io_state.hpp"
 #include "notify_subscribers.hpp"
 #include "service_driver.hpp"
 
@@ -23,14 +24,14 @@ public:
 
     /// Steps the LISTEN connection (`revents`: poll()'s for its socket)
     /// and keeps what concerns us; false if the connection failed.
-    bool read(short revents);
+    bool read(short revents) EXCLUDES(io_state);
     /// Something to act on: the loop wakes for it.
     [[nodiscard]] bool pending() const {
         return heard_ || !notified_.empty() || !woken_.empty() || !registered_.empty();
     }
     /// Hands it to the services (while connected) and the holds, then
-    /// forgets it (io_m held).
-    void deliver();
+    /// forgets it.
+    void deliver() REQUIRES(io_state);
 
 private:
     Connections& conn_;

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "io_state.hpp"
 #include "notify_throttle.hpp"
 #include "pg_io.hpp"
 #include "running_callback.hpp"
@@ -153,11 +154,11 @@ public:
     void set_on_suspended(std::function<void(SteadyClock::time_point)> cb, bool at_once = false) EXCLUDES(m_);
     void set_on_resumed(std::function<void()> cb) EXCLUDES(m_);
 
-    // SessionHolder (I/O thread, io_m held)
-    void kept(const MutexOwner& session) override;
-    void keepalive_failed() override;
-    void ended(const char* why) override;
-    void revoked() override;
+    // SessionHolder
+    void kept(const MutexOwner& session) override REQUIRES(io_state);
+    void keepalive_failed() override REQUIRES(io_state);
+    void ended(const char* why) override REQUIRES(io_state);
+    void revoked() override REQUIRES(io_state);
 
 private:
     enum class Phase { idle, waiting, held, lost };
@@ -185,7 +186,7 @@ private:
     const SteadyClock::duration margin_;
     void register_wait(bool on) REQUIRES(m_);
 
-    mutable Mutex m_;
+    mutable Mutex m_ ACQUIRED_AFTER(io_state);
     std::uint64_t subscription_ GUARDED_BY(m_) = 0;
     bool registered_ GUARDED_BY(m_) = false;  // its names registered on the LISTEN connection
     std::function<void()> on_lost_ GUARDED_BY(m_);

@@ -15,19 +15,16 @@
 // deadline = boot-clock time the granting request was SENT
 //            + (transition_at - current_at) from its reply - margin.
 //
-// Locking: Core::io_m guards the I/O state (Connections, ServiceDriver): the I/O
-// thread holds it except while it sleeps in poll(), and a thread calling
-// start_and_wait() or stop() takes it to do that service's round trip itself.
-// ServiceState::m guards a service's ownership state and pending callbacks;
-// the Executor's mutex its queues; CommandQueue's the command queue;
-// HolderIds' the ids alive; the StatementWatchdog's the statement in flight;
-// FactoryMetrics' the services behind the gauges; ServiceRegistry's names_m
-// the NOTIFY filter; NotifySubscribers' the lockers' NOTIFY callbacks (a
-// leaf: no callback runs under it); Connections' state_m connected(). Lock
-// order: io_m -> ServiceState::m -> Executor, io_m -> StatementWatchdog ->
-// Executor, io_m -> names_m, FactoryMetrics -> ServiceState::m; the rest are
-// leaves. No thread holds a lock while running a callback. docs/design.md,
-// "Client".
+// Locking: io_m guards the I/O state (Connections, ServiceDriver and what
+// it owns): the I/O thread holds it except while it sleeps in poll(), and a
+// thread calling start_and_wait() or stop() takes it to do that service's
+// round trip itself. What needs it says REQUIRES(io_state) (io_state.hpp)
+// and clang checks it; the other mutexes are annotated in their classes,
+// those taken under io_m with ACQUIRED_AFTER(io_state). Not annotated:
+// ServiceState::m and the Executor's mutex (std::mutex), in the order
+// io_m -> ServiceState::m -> Executor, StatementWatchdog -> Executor and
+// FactoryMetrics -> ServiceState::m. No thread holds a lock while running a
+// callback. docs/design.md, "Client".
 
 #include <poll.h>
 
@@ -96,6 +93,7 @@ struct ContendServiceFactory::Core {
     bool post_stop(const std::vector<ServicePtr>& svcs) {
         for (auto& svc : svcs) metrics.keep(svc);  // their releases count in their cells
         const bool posted = commands.post_stop(svcs, [this](const std::vector<ServicePtr>& stops) {
+            assert_io_held();
             driver.stop(stops);
             for (auto& svc : stops) metrics.let_go(svc);
         });
@@ -106,32 +104,25 @@ struct ContendServiceFactory::Core {
         return true;
     }
 
-    /// Takes io_m for a caller's round trip. On the handle thread (a
-    /// callback) the queued watchdog check cannot run while we wait, so we
-    /// run it: a frozen statement on the I/O thread cannot hold us.
-    std::unique_lock<std::mutex> lock_io() {
-        std::unique_lock<std::mutex> lock(io_m, std::defer_lock);
-        if (!executor.on_this_thread()) {
-            lock.lock();
-            return lock;
-        }
-        while (!lock.try_lock()) {
-            watchdog.cut_overdue();
-            std::this_thread::sleep_for(milliseconds(5));
-        }
-        return lock;
+    /// What a caller's round trip calls while it waits for io_m: on the
+    /// handle thread (a callback) the queued watchdog check cannot run while
+    /// it waits, so it runs here: a frozen statement on the I/O thread
+    /// cannot hold the caller.
+    std::function<void()> while_waiting_for_io() {
+        if (!executor.on_this_thread()) return {};
+        return [this] { watchdog.cut_overdue(); };
     }
 
     /// After I/O work done by a caller's thread: wakes the I/O thread if it
-    /// sleeps past something that is now due earlier (caller holds io_m).
-    void wake_if_needed() {
+    /// sleeps past something that is now due earlier.
+    void wake_if_needed() REQUIRES(io_state) {
         if (poll_until == SteadyClock::time_point{}) return;  // awake: it looks again before sleeping
         if (!connections.up() || driver.next_due() < poll_until || connections.channels_pending() ||
             connections.names_pending(SteadyClock::now()))
             waker.wake();
     }
 
-    void run_commands() {
+    void run_commands() REQUIRES(io_state) {
         for (auto& fn : commands.take()) fn();
     }
 
@@ -156,7 +147,7 @@ struct ContendServiceFactory::Core {
         } else {
             // The release round trip on this thread (the I/O thread sleeps or
             // finishes its batch first).
-            auto lock = lock_io();
+            IoLock lock(io_m, while_waiting_for_io());
             if (!io_done) {
                 run_commands();  // what was posted before (the start() this stops) goes first
                 driver.stop(svcs);
@@ -179,16 +170,10 @@ struct ContendServiceFactory::Core {
     // ------------------------------------------------------------ I/O thread
 
     void io_main() {
-        std::unique_lock<std::mutex> lock(io_m);
+        IoLock lock(io_m);
         connections.set_io_thread(std::this_thread::get_id());
         bool listen_broke = false;
-        // Owners hear of a lost connection (lost by a renewal, a caller's
-        // round trip, the watchdog) before the loop reconnects or waits.
         bool was_up = false;
-        auto notice_loss = [&] {
-            if (was_up && !connections.up()) driver.connection_lost();
-            was_up = connections.up();
-        };
         for (;;) {
             auto now = SteadyClock::now();
             if (connections.after_wake(listen_broke, now)) driver.attempt_all(now, true);  // missed NOTIFYs
@@ -200,7 +185,7 @@ struct ContendServiceFactory::Core {
             run_commands();
             if (commands.quitting()) break;
             tasks.run_due();
-            notice_loss();
+            notice_loss(was_up);
             now = SteadyClock::now();
             if (connections.connect_due(now)) {
                 if (connections.connect(lock)) {
@@ -212,7 +197,7 @@ struct ContendServiceFactory::Core {
                 continue;
             }
             driver.run_due(now);  // one batch, then commands and notifications again
-            notice_loss();
+            notice_loss(was_up);
             now = SteadyClock::now();
             auto until = std::min({now + std::chrono::seconds(1), tasks.next_due(), connections.next_wake()});
             if (connections.up()) until = std::min(until, driver.next_due());
@@ -229,6 +214,13 @@ struct ContendServiceFactory::Core {
         io_done = true;
     }
 
+    /// Owners hear of a lost connection (lost by a renewal, a caller's
+    /// round trip, the watchdog) before the loop reconnects or waits.
+    void notice_loss(bool& was_up) REQUIRES(io_state) {
+        if (was_up && !connections.up()) driver.connection_lost();
+        was_up = connections.up();
+    }
+
     /// Shutdown's bounded effort (FactoryOptions::shutdown_timeout): the
     /// releases a lost connection left owed and the sessions' closes go out
     /// over one reconnect if need be, rather than lapse with their leases
@@ -236,7 +228,7 @@ struct ContendServiceFactory::Core {
     /// The statements after such a reconnect are cut at that limit too
     /// (statement_allowance()); on a connection that stayed up they have
     /// their usual deadlines.
-    void deliver_before_exit(std::unique_lock<std::mutex>& lock) {
+    void deliver_before_exit(IoLock& lock) REQUIRES(io_state) {
         if (!driver.unfinished()) return;
         connections.probe();
         if (!connections.up() && options.shutdown_timeout.count() > 0) {
@@ -262,8 +254,8 @@ struct ContendServiceFactory::Core {
     /// meanwhile) until `until`, a waker.wake(), or a NOTIFY for a mutex of ours;
     /// NOTIFYs for other mutexes (our own releases among them) and LISTEN's
     /// own exchanges are handled without waking the loop.
-    void sleep(std::unique_lock<std::mutex>& lock, SteadyClock::time_point now, SteadyClock::time_point until,
-               bool& listen_broke) {
+    void sleep(IoLock& lock, SteadyClock::time_point now, SteadyClock::time_point until, bool& listen_broke)
+        REQUIRES(io_state) {
         auto wait = duration_cast<milliseconds>(until - now);
         if (until > now && wait.count() == 0) wait = milliseconds(1);
         poll_until = now + wait;
@@ -271,27 +263,28 @@ struct ContendServiceFactory::Core {
         // loop probes it at once (a caller's round trip meanwhile only
         // wakes the loop once, after it: io_m).
         const int stmt_fd = connections.stmt_sock();
-        lock.unlock();
-        for (;;) {
-            const bool was_ready = connections.listen_ready_now();
-            until = std::min(until, connections.next_wake());
-            auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
-            // A negative fd is left out by poll().
-            pollfd fds[3] = {{waker.fd(), POLLIN, 0},
-                             {connections.listen_sock(), connections.listen_events(), 0},
-                             {stmt_fd, POLLIN, 0}};
-            const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
-            bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
-            if (rc > 0 && (fds[0].revents & POLLIN)) {
-                waker.drain();
-                woken_up = true;
+        {
+            IoUnlock unlocked(lock);
+            for (;;) {
+                const bool was_ready = connections.listen_ready_now();
+                until = std::min(until, connections.next_wake());
+                auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
+                // A negative fd is left out by poll().
+                pollfd fds[3] = {{waker.fd(), POLLIN, 0},
+                                 {connections.listen_sock(), connections.listen_events(), 0},
+                                 {stmt_fd, POLLIN, 0}};
+                const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
+                bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
+                if (rc > 0 && (fds[0].revents & POLLIN)) {
+                    waker.drain();
+                    woken_up = true;
+                }
+                if (rc > 0 && fds[2].revents != 0) woken_up = true;
+                listen_broke = !inbox.read(fds[1].fd >= 0 ? fds[1].revents : 0);
+                if (woken_up || listen_broke || inbox.pending() || connections.listen_ready_now() != was_ready)
+                    break;
             }
-            if (rc > 0 && fds[2].revents != 0) woken_up = true;
-            listen_broke = !inbox.read(fds[1].fd >= 0 ? fds[1].revents : 0);
-            if (woken_up || listen_broke || inbox.pending() || connections.listen_ready_now() != was_ready)
-                break;
         }
-        lock.lock();
         poll_until = {};
     }
 
@@ -303,8 +296,8 @@ struct ContendServiceFactory::Core {
     Connections connections;
     ServiceEvents events{executor};
     FactoryMetrics metrics;
-    ServiceDriver driver;  // I/O state: io_m
-    TaskQueue tasks;        // I/O thread only
+    ServiceDriver driver;
+    TaskQueue tasks GUARDED_BY(io_state);
     NotifySubscribers subscribers;  // the holds' NOTIFY callbacks
     ListenInbox inbox{connections, driver, subscribers};  // I/O thread
 
@@ -314,12 +307,11 @@ struct ContendServiceFactory::Core {
     // What the holds reach (io_of): made of the parts above.
     FactoryIo hold_io{{options, executor, watchdog, connections, driver, tasks, subscribers, ids, commands, waker}};
 
-    // The I/O thread holds io_m except while it sleeps in poll(); a
-    // caller's thread takes it to start or stop a service itself (a round
-    // trip without two thread hand-offs).
+    // Held as io_state (IoLock). A caller's thread takes it to start or stop
+    // a service itself: a round trip without two thread hand-offs.
     std::mutex io_m;
-    SteadyClock::time_point poll_until{};  // when the sleeping I/O thread wakes; {} while awake
-    bool io_done = false;                   // the I/O thread has exited
+    SteadyClock::time_point poll_until GUARDED_BY(io_state){};  // when the sleeping I/O thread wakes; {} while awake
+    bool io_done GUARDED_BY(io_state) = false;  // the I/O thread has exited
 
     std::thread io;  // last: starts after the members above exist
 };
@@ -368,12 +360,15 @@ protected:
     void start_contend() override {
         auto core = core_;
         auto svc = svc_;
-        if (!core_->commands.post([core, svc] { core->driver.start(svc, false); }))
+        if (!core_->commands.post([core, svc] {
+                assert_io_held();
+                core->driver.start(svc, false);
+            }))
             throw IllegalStateError("the factory of this service has shut down");
     }
 
     void start_contend_now() override {
-        auto io = core_->lock_io();
+        IoLock io(core_->io_m, core_->while_waiting_for_io());
         if (core_->io_done) throw IllegalStateError("the factory of this service has shut down");
         core_->run_commands();  // what was posted before (an earlier start()) goes first
         core_->driver.start(svc_, true);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io_state.hpp"
 #include "metrics_cell.hpp"
 #include "notify_throttle.hpp"
 #include "ownership.hpp"
@@ -50,20 +51,31 @@ struct ServiceState {
     std::exception_ptr error;          // the last attempt failed and will fail again: wait_owner() throws it
     std::function<void(std::exception_ptr)> settled;  // when_owner()'s callback, until wait_owner() would return
 
-    // I/O thread only.
-    MutexOwner last;             // last owner seen from the server
-    std::uint64_t timer_gen = 0; // the current attempt timer (attempt_queue.hpp)
-    SteadyClock::time_point next_at = SteadyClock::time_point::max();  // when it is due (max(): none pending)
-    NotifyThrottle notify;           // how soon a NOTIFY may make it attempt (notify_throttle.hpp)
-    bool io_active = false;
-    bool solo = false;           // its last attempt failed: kept out of batches until one succeeds
-    bool unknown = false;        // an attempt's outcome is unknown (its reply was lost): stop() releases
-    bool disowned = false;       // the server counts a tenure that ended here: released before the next attempt
-    std::string session;         // the session its last attempt was sent under ("": none; sessions.hpp)
-    bool verify = false;         // a tenure under a session must be checked on the server (a NOTIFY, a revocation)
-    bool queued = false;         // fair: its last attempt left it a place in the queue (stop() withdraws it)
-    bool wait_registered = false;  // its mutex is registered on the LISTEN connection (it waits)
-    std::string wake_channel;    // fair: the channel it is woken on, listened on while it runs ("": none yet)
+    // I/O state (io_state.hpp).
+    // The last owner seen from the server.
+    MutexOwner last GUARDED_BY(io_state);
+    // The current attempt timer (attempt_queue.hpp), and when it is due (max(): none pending).
+    std::uint64_t timer_gen GUARDED_BY(io_state) = 0;
+    SteadyClock::time_point next_at GUARDED_BY(io_state) = SteadyClock::time_point::max();
+    // How soon a NOTIFY may make it attempt (notify_throttle.hpp).
+    NotifyThrottle notify GUARDED_BY(io_state);
+    bool io_active GUARDED_BY(io_state) = false;
+    // Its last attempt failed: kept out of batches until one succeeds.
+    bool solo GUARDED_BY(io_state) = false;
+    // An attempt's outcome is unknown (its reply was lost): stop() releases.
+    bool unknown GUARDED_BY(io_state) = false;
+    // The server counts a tenure that ended here: released before the next attempt.
+    bool disowned GUARDED_BY(io_state) = false;
+    // The session its last attempt was sent under ("": none; sessions.hpp).
+    std::string session GUARDED_BY(io_state);
+    // A tenure under a session must be checked on the server (a NOTIFY, a revocation).
+    bool verify GUARDED_BY(io_state) = false;
+    // Fair: its last attempt left it a place in the queue (stop() withdraws it).
+    bool queued GUARDED_BY(io_state) = false;
+    // Its mutex is registered on the LISTEN connection (it waits).
+    bool wait_registered GUARDED_BY(io_state) = false;
+    // Fair: the channel it is woken on, listened on while it runs ("": none yet).
+    std::string wake_channel GUARDED_BY(io_state);
 
     // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
     // by m, notified_at I/O thread only (a release NOTIFY while waiting).

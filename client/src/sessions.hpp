@@ -4,7 +4,7 @@
 // statement per period whatever the number of tenures and permits under it,
 // renews them all; once nothing uses it, it is closed at its next keepalive
 // instead; at shutdown one statement per session releases everything. I/O
-// state: the factory's io_m.
+// state: SessionKeeper's (io_state.hpp).
 #pragma once
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "io_state.hpp"
 #include "service_state.hpp"
 #include "statements.hpp"
 
@@ -22,8 +23,8 @@ namespace simba::pg::detail {
 
 /// What a session keeps alive besides services' tenures: a LockHold
 /// (lock_hold.cpp), the hold of a semaphore's permit, a SharedLocker or a
-/// MultiLocker. Called on the I/O thread with io_m held: quick,
-/// no statements.
+/// MultiLocker. Called with io_state held (io_state.hpp): quick, no
+/// statements.
 class SessionHolder {
 public:
     SessionHolder(std::chrono::microseconds t, std::chrono::microseconds tr) : ttl(t), transition(tr) {}
@@ -33,15 +34,15 @@ public:
     const std::chrono::microseconds transition;
     /// The open or a keepalive proved the session until `session`'s
     /// transition deadline.
-    virtual void kept(const MutexOwner& session) = 0;
+    virtual void kept(const MutexOwner& session) REQUIRES(io_state) = 0;
     /// A keepalive failed; it is retried until the session's end.
-    virtual void keepalive_failed() = 0;
+    virtual void keepalive_failed() REQUIRES(io_state) = 0;
     /// Nothing under the session is held any more (ended on the server,
     /// or closed at shutdown).
-    virtual void ended(const char* why) = 0;
+    virtual void ended(const char* why) REQUIRES(io_state) = 0;
     /// An operator took one of the session's tenures (simba_force_release:
     /// its `revoked` count grew): a holder of tenures checks its own.
-    virtual void revoked() {}
+    virtual void revoked() REQUIRES(io_state) {}
 };
 using HolderPtr = std::shared_ptr<SessionHolder>;
 

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "executor.hpp"
+#include "io_state.hpp"
 #include "thread_annotations.hpp"
 
 namespace simba::pg::detail {
@@ -55,7 +56,7 @@ private:
 
     Executor& executor_;
     std::function<SteadyClock::duration()> allowance_;
-    Mutex m_;  // taken before the Executor's own (arm_locked posts under it)
+    Mutex m_ ACQUIRED_AFTER(io_state);  // and before the Executor's own (arm_locked posts under it)
     int fd_ GUARDED_BY(m_) = -1;                       // socket of the statement in flight; -1: none
     SteadyClock::time_point sent_ GUARDED_BY(m_) = {};    // when it was sent
     SteadyClock::time_point until_ GUARDED_BY(m_) = {};   // its deadline

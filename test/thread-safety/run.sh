@@ -2,7 +2,7 @@
 # The client library built with clang's thread-safety analysis
 # (-DSIMBA_THREAD_SAFETY=ON: client/src/thread_annotations.hpp): fails on any
 # warning. Then canary.cpp, compiled with the command the build used for a
-# library source, must fail with the two warnings it asks for, so the suite
+# library source, must fail with the three warnings it asks for, so the suite
 # cannot pass because the flags went missing. The library only (no tests),
 # at -O0: the analysis does not need the optimizer. In build-tsa/.
 set -euo pipefail
@@ -23,7 +23,7 @@ fi
 echo "thread-safety: the library, clang $(clang++ -dumpversion) -Wthread-safety ... ok"
 
 # The canary, by the command that compiled hold_gate.cpp (its flags, its
-# include path): both of its wrongs must be reported as errors.
+# include path): each of its wrongs must be reported as an error.
 cmd=$(python3 - "$build/compile_commands.json" "$root/client/src/hold_gate.cpp" \
   "$root/test/thread-safety/canary.cpp" "$out/canary.o" <<'PY'
 import json, shlex, sys
@@ -54,7 +54,8 @@ if (eval "$cmd") >"$log" 2>&1; then
   echo "thread-safety: the canary compiled: the check catches nothing ... FAILED"
   exit 1
 fi
-for want in "writing variable 'n_' requires holding mutex 'm_'" "calling function 'zero' requires holding mutex 'm_'"; do
+for want in "writing variable 'n_' requires holding mutex 'm_'" "calling function 'zero' requires holding mutex 'm_'" \
+  "calling function 'send' requires holding role 'io_state'"; do
   if ! grep -q "error: $want" "$log"; then
     cat "$log"
     echo "thread-safety: the canary's \"$want\" was not reported ... FAILED"
