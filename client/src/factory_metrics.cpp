@@ -29,7 +29,7 @@ Metrics FactoryMetrics::snapshot() {
     for (auto& w : services_) {
         auto s = w.lock();
         if (!s) continue;
-        std::lock_guard<std::mutex> slock(s->m);
+        MutexLock slock(s->m);
         const auto held = s->ownership.lease(SteadyClock::now());
         if (!held) continue;
         // out.mutexes is sorted by (mutex, contender).

@@ -44,8 +44,8 @@ private:
     std::atomic<std::uint64_t> statements_{0}, calls_{0}, session_statements_{0};
     std::atomic<std::uint64_t> release_statements_{0}, release_calls_{0};
     // Services for the gauges (weak: a destroyed one is pruned). Lock order:
-    // m_ -> ServiceState::m, in prose until ServiceState::m is an annotated
-    // Mutex (ACQUIRED_BEFORE needs one).
+    // m_ -> ServiceState::m, in prose: ACQUIRED_BEFORE would need an
+    // expression naming each service's mutex.
     Mutex m_;
     std::vector<std::weak_ptr<ServiceState>> services_ GUARDED_BY(m_);
     std::size_t prune_at_ GUARDED_BY(m_) = 64;

@@ -20,11 +20,11 @@
 // thread calling start_and_wait() or stop() takes it to do that service's
 // round trip itself. What needs it says REQUIRES(io_state) (io_state.hpp)
 // and clang checks it; the other mutexes are annotated in their classes,
-// those taken under io_m with ACQUIRED_AFTER(io_state). Not annotated:
-// ServiceState::m and the Executor's mutex (std::mutex), in the order
-// io_m -> ServiceState::m -> Executor, StatementWatchdog -> Executor and
-// FactoryMetrics -> ServiceState::m. No thread holds a lock while running a
-// callback. docs/design.md, "Client".
+// those taken under io_m with ACQUIRED_AFTER(io_state). Not annotated: the
+// Executor's mutex (a std::mutex), taken last (after ServiceState::m and
+// the StatementWatchdog's), and FactoryMetrics -> ServiceState::m (each
+// service's: no expression names it). No thread holds a lock while running
+// a callback. docs/design.md, "Client".
 
 #include <poll.h>
 
@@ -157,7 +157,7 @@ struct ContendServiceFactory::Core {
             }
         }
         const bool pending = std::any_of(svcs.begin(), svcs.end(), [](const ServicePtr& svc) {
-            std::lock_guard<std::mutex> lock(svc->m);
+            MutexLock lock(svc->m);
             return !svc->pending.empty() || svc->in_callback;
         });
         if (!pending) return;  // nothing can run after we return
@@ -347,12 +347,12 @@ public:
     }
 
     std::optional<Lease> lease() const override {
-        std::lock_guard<std::mutex> lock(svc_->m);
+        MutexLock lock(svc_->m);
         return svc_->ownership.lease(SteadyClock::now());
     }
 
     MutexState state() const override {
-        std::lock_guard<std::mutex> lock(svc_->m);
+        MutexLock lock(svc_->m);
         return svc_->ownership.reported();
     }
 
@@ -376,7 +376,7 @@ protected:
     }
 
     bool wait_owner(SteadyClock::time_point until) const override {
-        std::unique_lock<std::mutex> lock(svc_->m);
+        UniqueLock lock(svc_->m);
         // Status read under m: stop() leaves RUNNING before it counts itself
         // under m, so a stop cannot slip between this check and the wait.
         const auto st = status();
@@ -390,13 +390,13 @@ protected:
             if (svc_->error) std::rethrow_exception(svc_->error);
             if (auto e = core_->connections.setup_error()) std::rethrow_exception(e);
             if (now >= until) break;
-            svc_->owner_cv.wait_for(lock, std::min<SteadyClock::duration>(until - now, std::chrono::milliseconds(50)));
+            svc_->owner_cv.wait_until(lock, std::min(until, now + std::chrono::milliseconds(50)));
         }
         return svc_->ownership.owns(SteadyClock::now());
     }
 
     void when_owner(std::function<void(std::exception_ptr)> done) override {
-        std::lock_guard<std::mutex> lock(svc_->m);
+        MutexLock lock(svc_->m);
         if (status() != Status::RUNNING) throw IllegalStateError("when_owner() needs status RUNNING");
         svc_->settled = std::move(done);
         // Settled already: the callback goes to the handle thread now.

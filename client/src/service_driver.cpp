@@ -15,7 +15,7 @@ using std::chrono::milliseconds;
 
 void ServiceDriver::start(const ServicePtr& svc, bool here) {
     {
-        std::lock_guard<std::mutex> lock(svc->m);
+        MutexLock lock(svc->m);
         svc->active = true;
         svc->ownership.start();
         svc->wait_since = SteadyClock::now();
@@ -212,7 +212,7 @@ bool ServiceDriver::rearm(const ServicePtr& svc) {
     if (svc->session.empty() || svc->verify) return false;
     SteadyClock::time_point deadline;
     {
-        std::lock_guard<std::mutex> lock(svc->m);
+        MutexLock lock(svc->m);
         if (!svc->ownership.holding()) return false;
         deadline = svc->ownership.deadline();
     }
@@ -223,7 +223,7 @@ bool ServiceDriver::rearm(const ServicePtr& svc) {
 
 void ServiceDriver::setup_failed(const std::exception_ptr& error) {
     for (auto& s : registry_.all()) {
-        std::lock_guard<std::mutex> lock(s->m);
+        MutexLock lock(s->m);
         events_.settle(*s, error);
     }
 }
@@ -327,7 +327,7 @@ void ServiceDriver::finish_attempt(const ServicePtr& svc, const pqxx::row& row, 
     conn_.statement_ok();
     svc->solo = false;
     {
-        std::lock_guard<std::mutex> lock(svc->m);
+        MutexLock lock(svc->m);
         svc->error = nullptr;
     }
     MutexOwner o = parse_owner(row, svc->mutex, anchor);
@@ -378,7 +378,7 @@ milliseconds ServiceDriver::retry_delay(const ServicePtr& svc) const {
 /// The lease deadline a renewal serves: past it, its reply proves nothing.
 SteadyClock::time_point ServiceDriver::serves_until(const ServicePtr& svc, bool renewing) {
     if (!renewing) return SteadyClock::time_point::max();
-    std::lock_guard<std::mutex> lock(svc->m);
+    MutexLock lock(svc->m);
     return svc->ownership.deadline();
 }
 
@@ -421,7 +421,7 @@ void ServiceDriver::attempt(const ServicePtr& svc, bool renewing) {
             // A setup mistake: tell whoever waits for this service now
             // (it still retries: a grant may come later).
             {
-                std::lock_guard<std::mutex> lock(svc->m);
+                MutexLock lock(svc->m);
                 svc->error = typed_error(e);
                 events_.settle(*svc, svc->error);
             }

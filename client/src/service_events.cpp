@@ -8,7 +8,7 @@ using simba::detail::MetricsCell;
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 
-/// Queues a callback of `svc` (caller holds svc->m).
+/// Queues a callback of `svc`.
 void ServiceEvents::emit(const ServicePtr& svc, std::function<void()> cb) {
     if (!svc->active || !svc->contender->has_callbacks()) return;
     svc->pending.push_back(std::move(cb));
@@ -27,7 +27,7 @@ void ServiceEvents::settle(ServiceState& s, std::exception_ptr error) {
 void ServiceEvents::drain_one(ServiceState& s) {
     std::function<void()> cb;
     {
-        std::lock_guard<std::mutex> lock(s.m);
+        MutexLock lock(s.m);
         if (s.pending.empty()) return;
         cb = std::move(s.pending.front());
         s.pending.erase(s.pending.begin());
@@ -40,21 +40,21 @@ void ServiceEvents::drain_one(ServiceState& s) {
     } catch (...) {
         log(LogLevel::error, "callback of contender " + s.id + " on mutex " + s.mutex + " threw");
     }
-    std::lock_guard<std::mutex> lock(s.m);
+    MutexLock lock(s.m);
     s.in_callback = false;
 }
 
 void ServiceEvents::drain_all(ServiceState& s) {
     for (;;) {
         {
-            std::lock_guard<std::mutex> lock(s.m);
+            MutexLock lock(s.m);
             if (s.pending.empty()) return;
         }
         drain_one(s);
     }
 }
 
-/// Lease deadline check, on the handle thread (caller holds svc->m). One
+/// Lease deadline check, on the handle thread. One
 /// check per service is queued at a time: a renewal moves the deadline
 /// and the queued check, finding it moved, waits again for the new one.
 void ServiceEvents::schedule_expiry(const ServicePtr& svc, SteadyClock::time_point at) {
@@ -67,7 +67,7 @@ void ServiceEvents::check_expiry(const std::weak_ptr<ServiceState>& weak, Steady
     auto s = weak.lock();
     if (!s) return;
     {
-        std::lock_guard<std::mutex> lock(s->m);
+        MutexLock lock(s->m);
         if (s->expiry_at == at) s->expiry_at = {};  // else a check for an earlier deadline is queued too
         if (!s->ownership.holding()) return;
         auto change = s->ownership.expire(SteadyClock::now());
@@ -89,9 +89,10 @@ simba::detail::Ownership::Change ServiceEvents::apply(const ServicePtr& svc, con
                                                       const MutexOwner& after) {
     simba::detail::Ownership::Change change;
     {
-        std::lock_guard<std::mutex> lock(svc->m);
+        MutexLock lock(svc->m);
         change = svc->ownership.reply(after, SteadyClock::now());
-        report(svc, change, true, &prev);
+        note_handoff(svc, change, prev);  // counted before on_acquired can run
+        report(svc, change);
     }
     // Logged outside the lock: the log handler is user code.
     if (change.too_late)
@@ -105,26 +106,38 @@ simba::detail::Ownership::Change ServiceEvents::apply(const ServicePtr& svc, con
 }
 
 void ServiceEvents::suspend(const ServicePtr& svc) {
-    std::lock_guard<std::mutex> lock(svc->m);
+    MutexLock lock(svc->m);
     report(svc, svc->ownership.suspend(SteadyClock::now()));
 }
 
 bool ServiceEvents::keepalive(const ServicePtr& svc, const MutexOwner& session) {
-    std::lock_guard<std::mutex> lock(svc->m);
+    MutexLock lock(svc->m);
     report(svc, svc->ownership.keepalive(session, SteadyClock::now()));
     return svc->ownership.holding();
 }
 
-void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost,
-                           const MutexOwner* prev) {
+/// A grant's handoff latency: from the release NOTIFY it acted on, else
+/// from the previous holder's lease end (server clock). After a busy reply
+/// that NOTIFY's release went to someone else: no handoff of ours.
+void ServiceEvents::note_handoff(const ServicePtr& svc, const simba::detail::Ownership::Change& change,
+                                 const MutexOwner& prev) {
+    if (change.acquired) {
+        const auto& after = change.acquired->after;
+        auto& latency = svc->metrics->handoff_latency;
+        if (svc->notified_at != SteadyClock::time_point{})
+            latency.observe(duration_cast<microseconds>(SteadyClock::now() - svc->notified_at));
+        else if (prev.has_owner() && prev.owner_id != svc->id && after.acquired_at >= prev.transition_at)
+            latency.observe(after.acquired_at - prev.transition_at);
+    }
+    if (change.acquired || change.busy) svc->notified_at = {};
+}
+
+void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership::Change& change, bool lost) {
     auto c = svc->contender;
     auto& mc = *svc->metrics;
     const auto now = SteadyClock::now();
     if (change.renewed) MetricsCell::inc(mc.renewals);
-    if (change.busy) {
-        MetricsCell::inc(mc.busy);
-        svc->notified_at = {};  // that release went to someone else: no handoff of ours
-    }
+    if (change.busy) MetricsCell::inc(mc.busy);
     if (change.released) {
         if (lost) MetricsCell::inc(mc.lost);
         svc->wait_since = change.lost_at;
@@ -140,17 +153,8 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
     }
     if (change.resumed) emit(svc, [c, l = *change.resumed] { c->on_resumed(l); });
     if (change.acquired) {
-        // Acquire latency from the start of waiting; handoff from the
-        // release NOTIFY we acted on, else from the previous holder's lease
-        // end (server clock).
-        const auto& after = change.acquired->after;
         MetricsCell::inc(mc.acquired);
-        mc.acquire_latency.observe(duration_cast<microseconds>(now - svc->wait_since));
-        if (svc->notified_at != SteadyClock::time_point{})
-            mc.handoff_latency.observe(duration_cast<microseconds>(now - svc->notified_at));
-        else if (prev && prev->has_owner() && prev->owner_id != svc->id && after.acquired_at >= prev->transition_at)
-            mc.handoff_latency.observe(after.acquired_at - prev->transition_at);
-        svc->notified_at = {};
+        mc.acquire_latency.observe(duration_cast<microseconds>(now - svc->wait_since));  // from the start of waiting
         emit(svc, [c, st = *change.acquired] { c->on_acquired(st); });
         schedule_expiry(svc, svc->ownership.deadline());
         settle(*svc, nullptr);
@@ -159,7 +163,7 @@ void ServiceEvents::report(const ServicePtr& svc, const simba::detail::Ownership
 }
 
 void ServiceEvents::end_locally(const ServicePtr& svc) {
-    std::lock_guard<std::mutex> lock(svc->m);
+    MutexLock lock(svc->m);
     if (!svc->active) return;
     report(svc, svc->ownership.stop(SteadyClock::now()), false);
     settle(*svc, nullptr);

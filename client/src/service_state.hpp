@@ -37,19 +37,22 @@ struct ServiceState {
     const ContendOptions options;
     ContendPeriod period;
 
-    // Guarded by m.
-    mutable std::mutex m;
-    bool active = false;         // callbacks may be emitted
-    simba::detail::Ownership ownership;  // the one place it is decided (ownership.hpp)
+    // One service's ownership state and pending callbacks.
+    mutable Mutex m ACQUIRED_AFTER(io_state);
+    bool active GUARDED_BY(m) = false;  // callbacks may be emitted
+    simba::detail::Ownership ownership GUARDED_BY(m);  // the one place it is decided (ownership.hpp)
     // Callbacks not yet run, oldest first: rarely more than one, and a
     // std::deque would allocate its first 512-byte block for every service.
-    std::vector<std::function<void()>> pending;
-    bool in_callback = false;    // one of them is running on the handle thread
-    SteadyClock::time_point expiry_at{};  // a deadline check is queued for then ({}: none)
-    std::condition_variable owner_cv;  // a tenure began, it stopped, or an attempt failed for good (wait_owner)
-    std::uint64_t stops = 0;           // stops so far (end_locally)
-    std::exception_ptr error;          // the last attempt failed and will fail again: wait_owner() throws it
-    std::function<void(std::exception_ptr)> settled;  // when_owner()'s callback, until wait_owner() would return
+    std::vector<std::function<void()>> pending GUARDED_BY(m);
+    bool in_callback GUARDED_BY(m) = false;  // one of them is running on the handle thread
+    // A deadline check is queued for then ({}: none).
+    SteadyClock::time_point expiry_at GUARDED_BY(m){};
+    CondVar owner_cv;  // a tenure began, it stopped, or an attempt failed for good (wait_owner)
+    std::uint64_t stops GUARDED_BY(m) = 0;  // stops so far (end_locally)
+    // The last attempt failed and will fail again: wait_owner() throws it.
+    std::exception_ptr error GUARDED_BY(m);
+    // when_owner()'s callback, until wait_owner() would return.
+    std::function<void(std::exception_ptr)> settled GUARDED_BY(m);
 
     // I/O state (io_state.hpp).
     // The last owner seen from the server.
@@ -77,26 +80,26 @@ struct ServiceState {
     // Fair: the channel it is woken on, listened on while it runs ("": none yet).
     std::string wake_channel GUARDED_BY(io_state);
 
-    // Metrics (simba::Metrics): the cell of (mutex, id); wait_since guarded
-    // by m, notified_at I/O thread only (a release NOTIFY while waiting).
+    // Metrics (simba::Metrics): the cell of (mutex, id), since when it
+    // waits, and when a release NOTIFY came while it waited.
     std::shared_ptr<simba::detail::MetricsCell> metrics;
-    SteadyClock::time_point wait_since{};
-    SteadyClock::time_point notified_at{};
+    SteadyClock::time_point wait_since GUARDED_BY(m){};
+    SteadyClock::time_point notified_at GUARDED_BY(io_state){};
 
-    bool is_owner_now() const {
-        std::lock_guard<std::mutex> lock(m);
+    bool is_owner_now() const EXCLUDES(m) {
+        MutexLock lock(m);
         return ownership.owns(SteadyClock::now());
     }
 
-    /// What the next attempt is (caller holds m): nothing once a single
+    /// What the next attempt is: nothing once a single
     /// tenure ended (`finished`), else a renewal by fence (a single
     /// tenure's: `renew_fence` > 0) or simba_acquire.
     struct Next {
         bool finished = false;
         std::int64_t renew_fence = 0;
     };
-    Next next() const {
-        std::lock_guard<std::mutex> lock(m);
+    Next next() const EXCLUDES(m) {
+        MutexLock lock(m);
         if (ownership.finished()) return {true, 0};
         return {false, options.single_tenure && ownership.holding() ? ownership.tenure().fence : 0};
     }
