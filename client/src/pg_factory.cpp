@@ -47,6 +47,7 @@
 #include "factory_metrics.hpp"
 #include "factory_options.hpp"
 #include "holder_ids.hpp"
+#include "io_state.hpp"
 #include "listen_inbox.hpp"
 #include "notify_subscribers.hpp"
 #include "pg_io.hpp"
@@ -265,27 +266,33 @@ struct ContendServiceFactory::Core {
         const int stmt_fd = connections.stmt_sock();
         {
             IoUnlock unlocked(lock);
-            for (;;) {
-                const bool was_ready = connections.listen_ready_now();
-                until = std::min(until, connections.next_wake());
-                auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
-                // A negative fd is left out by poll().
-                pollfd fds[3] = {{waker.fd(), POLLIN, 0},
-                                 {connections.listen_sock(), connections.listen_events(), 0},
-                                 {stmt_fd, POLLIN, 0}};
-                const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
-                bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
-                if (rc > 0 && (fds[0].revents & POLLIN)) {
-                    waker.drain();
-                    woken_up = true;
-                }
-                if (rc > 0 && fds[2].revents != 0) woken_up = true;
-                listen_broke = !inbox.read(fds[1].fd >= 0 ? fds[1].revents : 0);
-                if (woken_up || listen_broke || inbox.pending() || connections.listen_ready_now() != was_ready)
-                    break;
-            }
+            poll_until_woken(until, stmt_fd, listen_broke);
         }
         poll_until = {};
+    }
+
+    /// sleep()'s poll() loop, without io_m: the statement connection's socket
+    /// (`stmt_fd`) is only watched, LISTEN is stepped as it stirs.
+    void poll_until_woken(SteadyClock::time_point until, int stmt_fd, bool& listen_broke) EXCLUDES(io_state) {
+        for (;;) {
+            const bool was_ready = connections.listen_ready_now();
+            until = std::min(until, connections.next_wake());
+            auto left = duration_cast<milliseconds>(until - SteadyClock::now() + microseconds(999));
+            // A negative fd is left out by poll().
+            pollfd fds[3] = {{waker.fd(), POLLIN, 0},
+                             {connections.listen_sock(), connections.listen_events(), 0},
+                             {stmt_fd, POLLIN, 0}};
+            const int rc = ::poll(fds, 3, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000)));
+            bool woken_up = rc <= 0;  // the timeout (or EINTR): look again
+            if (rc > 0 && (fds[0].revents & POLLIN)) {
+                waker.drain();
+                woken_up = true;
+            }
+            if (rc > 0 && fds[2].revents != 0) woken_up = true;
+            listen_broke = !inbox.read(fds[1].fd >= 0 ? fds[1].revents : 0);
+            if (woken_up || listen_broke || inbox.pending() || connections.listen_ready_now() != was_ready)
+                break;
+        }
     }
 
     FactoryOptions options;
